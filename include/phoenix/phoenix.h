@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * phoenix.h - libphoenix C API.
+ *
+ * Compatible with the Phoenix paper's API: open a device, register a range of
+ * its memory, then read and write files straight into it.  Every function
+ * returns -1 (or NULL) and sets errno on failure and never prints;
+ * phxfs_last_error() gives a sentence naming what was wrong.
+ *
+ * Engines (see phoenix.hpp and docs/architecture.md):
+ *   direct - /dev/phxfs_devN is present: registration maps the device pages,
+ *            I/O is ordinary O_DIRECT I/O on that mapping (no host buffer);
+ *   host   - registered memory is ordinary host memory (the CPU baseline,
+ *            and what runs on machines without the module).
+ * PHX_ENGINE=direct|host|auto picks one process-wide; phxfs_open_engine()
+ * picks per device.
+ */
+#ifndef PHOENIX_PHOENIX_H
+#define PHOENIX_PHOENIX_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "phoenix/config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define PHXFS_API __attribute__((visibility("default")))
+#define PHXFS_NODISCARD __attribute__((warn_unused_result))
+#else
+#define PHXFS_API
+#define PHXFS_NODISCARD
+#endif
+
+/** Identifies a file for I/O: a descriptor the caller opened and the device
+ *  whose registered memory the I/O targets. */
+typedef struct phxfs_fileid {
+  int fd;
+  int deviceID;
+} phxfs_fileid_t;
+
+/** Engine choice for phxfs_open_engine(). */
+typedef enum phxfs_engine {
+  PHXFS_ENGINE_AUTO = 0, /**< PHX_ENGINE if set, else direct when the module serves the device */
+  PHXFS_ENGINE_DIRECT = 1,
+  PHXFS_ENGINE_HOST = 2,
+  PHXFS_ENGINE_COMPAT = 3 /**< GPU without the module; not built yet: ENOTSUP */
+} phxfs_engine_t;
+
+/**
+ * phxfs_open - open device @device_id with the engine PHX_ENGINE names (auto
+ * when unset).
+ * Errors: EINVAL device_id out of [0, PHXFS_MAX_DEVICES) or PHX_ENGINE
+ * invalid; EBUSY already open; ENODEV direct engine forced but no
+ * /dev/phxfs_devN; EPROTO module speaks another ABI; others from open(2).
+ */
+PHXFS_API PHXFS_NODISCARD int phxfs_open(int device_id);
+
+/** phxfs_open_engine - as phxfs_open() with an explicit engine (AUTO defers
+ *  to PHX_ENGINE, then to detection). ENOTSUP for an engine not built. */
+PHXFS_API PHXFS_NODISCARD int phxfs_open_engine(int device_id, phxfs_engine_t engine);
+
+/**
+ * phxfs_close - deregister everything still registered on @device_id and
+ * close it.  Errors: EINVAL bad id; ENODEV not open.
+ */
+PHXFS_API int phxfs_close(int device_id);
+
+/** phxfs_device_engine - the engine serving an open device, or -1 (ENODEV). */
+PHXFS_API phxfs_engine_t phxfs_device_engine(int device_id);
+
+/** phxfs_engine_name - "auto", "direct", "host", "compat" or "unknown". */
+PHXFS_API const char *phxfs_engine_name(phxfs_engine_t engine);
+
+/**
+ * phxfs_regmem - register [@addr, @addr + @len) of @device_id's memory.
+ * @target_addr receives the host virtual address at which the range can be
+ * passed to pread/pwrite/io_uring (the mapped device pages for the direct
+ * engine; @addr itself for the host engine).
+ * Errors: EINVAL null addr/target_addr, zero length, address overflow,
+ * misalignment the engine cannot serve, or partial overlap with a live
+ * registration; EEXIST the same range is already registered; ENODEV device
+ * not open; ENOMEM; errors of the module's REGISTER ioctl and mmap.
+ */
+PHXFS_API PHXFS_NODISCARD int phxfs_regmem(int device_id, const void *addr, size_t len,
+                                           void **target_addr);
+
+/**
+ * phxfs_deregmem - undo phxfs_regmem() of exactly [@addr, @addr + @len).
+ * I/O still running on the range keeps it mapped until it ends.
+ * Errors: EINVAL no registration with that start and length; ENODEV.
+ */
+PHXFS_API int phxfs_deregmem(int device_id, const void *addr, size_t len);
+
+/**
+ * phxfs_read - read @nbyte bytes at @f_offset of @fid.fd into registered
+ * memory at @buf + @buf_offset (@buf is the device address given to
+ * phxfs_regmem, or any address inside a registration).
+ * Loops on short reads; any size (split internally); any alignment
+ * (unaligned head/tail are staged when the descriptor has O_DIRECT).
+ * Returns the bytes read: fewer than @nbyte only at end of file.
+ * Errors: EINVAL negative offsets or overflow; EFAULT target range not
+ * inside one registration; ENODEV device not open; errors of pread(2).
+ * When an error follows partial progress the count done so far is lost
+ * to the C API; the C++ API reports it in the exception message.
+ */
+PHXFS_API PHXFS_NODISCARD ssize_t phxfs_read(phxfs_fileid_t fid, void *buf, off_t buf_offset,
+                                             size_t nbyte, off_t f_offset);
+
+/** phxfs_write - the write counterpart of phxfs_read(); returns @nbyte
+ *  unless an error occurs (ENOSPC, EFBIG, EBADF...). */
+PHXFS_API PHXFS_NODISCARD ssize_t phxfs_write(phxfs_fileid_t fid, const void *buf,
+                                              off_t buf_offset, size_t nbyte, off_t f_offset);
+
+/**
+ * phxfs_strerror - thread-safe description of @errnum in Phoenix's terms
+ * (e.g. ENODEV: "device not open or phxfs module not loaded").
+ */
+PHXFS_API const char *phxfs_strerror(int errnum);
+
+/** phxfs_last_error - the calling thread's last failure as a sentence naming
+ *  the call and its arguments; "" when none.  Valid until the next call. */
+PHXFS_API const char *phxfs_last_error(void);
+
+/** phxfs_version - library version string, e.g. "0.1.0". */
+PHXFS_API const char *phxfs_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PHOENIX_PHOENIX_H */

@@ -1,0 +1,283 @@
+// SPDX-License-Identifier: MIT
+// phoenix.hpp - libphoenix C++ API.
+//
+//   auto dev = phx::Device::open(0);                    // engine: auto
+//   auto reg = dev.register_memory(gpu_ptr, bytes);     // pins + maps
+//   phx::File f("/data/weights.bin", O_RDONLY);         // O_DIRECT if possible
+//   std::size_t n = f.read(reg, 0, bytes, 0);           // straight into device memory
+//
+// Handles are move-only RAII objects; failures throw std::system_error (or
+// phx::IoError, which also carries the bytes done before the failure) with a
+// message naming the file, offset and size.
+#ifndef PHOENIX_PHOENIX_HPP
+#define PHOENIX_PHOENIX_HPP
+
+#include <fcntl.h>
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "phoenix/config.h"
+
+#if defined(__GNUC__)
+#define PHX_EXPORT __attribute__((visibility("default")))
+#else
+#define PHX_EXPORT
+#endif
+
+namespace phx {
+
+namespace detail {
+class DeviceState;
+class Mapping;
+class Ring;
+}  // namespace detail
+
+/// How bytes reach the registered memory.
+enum class Engine {
+  automatic,  ///< PHX_ENGINE if set, else direct when /dev/phxfs_devN exists, else host
+  direct,     ///< phxfs.ko maps the device pages; I/O is O_DIRECT on that mapping
+  host,       ///< registered memory is host memory (CPU baseline, no module needed)
+  compat,     ///< GPU without the module (bounce buffers); not built yet
+};
+
+/// "auto", "direct", "host", "compat".
+[[nodiscard]] PHX_EXPORT std::string_view to_string(Engine engine) noexcept;
+/// Parses the names above ("phoenix" is accepted for direct); throws
+/// std::system_error(EINVAL) naming the bad value.
+[[nodiscard]] PHX_EXPORT Engine parse_engine(std::string_view name);
+
+/// The engine a device would get, and why.
+struct EngineChoice {
+  Engine engine = Engine::host;
+  std::string reason;
+};
+/// Resolves @p requested (automatic consults PHX_ENGINE, then looks for the
+/// module's device node) without opening anything.
+[[nodiscard]] PHX_EXPORT EngineChoice choose_engine(int device_id,
+                                                    Engine requested = Engine::automatic);
+
+/// What the phxfs module reports for one device (GET_INFO).
+struct ModuleDeviceInfo {
+  std::uint32_t abi_version = 0;
+  std::uint32_t device_index = 0;
+  std::uint32_t provider = 0;  ///< PHXFS_PROVIDER_*
+  std::string provider_name;
+  std::uint32_t pci_domain = 0;
+  std::uint32_t pci_bdf = 0;
+  std::uint32_t page_size = 0;
+  std::uint32_t flags = 0;
+  std::uint64_t bar_size = 0;
+  std::uint64_t regs_live = 0;
+  std::uint64_t regs_total = 0;
+  std::uint64_t pages_mapped = 0;
+  std::uint64_t revocations = 0;
+  std::uint64_t errors = 0;
+};
+/// Opens /dev/phxfs_dev<id> and asks for GET_INFO; throws std::system_error
+/// (ENOENT when the node is absent, EPROTO on an ABI mismatch).
+[[nodiscard]] PHX_EXPORT ModuleDeviceInfo query_module_device(int device_id);
+
+class Registration;
+
+/// One device (GPU, or the PCI BAR standing for one) opened with an engine.
+class PHX_EXPORT Device {
+ public:
+  /// Throws std::system_error: EINVAL bad id or engine, ENODEV the direct
+  /// engine forced without the module, ENOTSUP an engine not built.
+  [[nodiscard]] static Device open(int device_id, Engine engine = Engine::automatic);
+
+  Device(Device &&) noexcept;
+  Device &operator=(Device &&) noexcept;
+  Device(const Device &) = delete;
+  Device &operator=(const Device &) = delete;
+  ~Device();
+
+  [[nodiscard]] int id() const noexcept;
+  [[nodiscard]] Engine engine() const noexcept;
+  /// Why this engine was chosen.
+  [[nodiscard]] const std::string &engine_reason() const noexcept;
+
+  /// Registers [addr, addr + size) and maps it into one contiguous host
+  /// virtual range.  Any size; for the direct engine an unaligned range is
+  /// widened to the module's page size underneath and the view points at addr.
+  /// Throws: EINVAL bad range or partial overlap, EEXIST same range twice,
+  /// and the module's errors.
+  [[nodiscard]] Registration register_memory(void *addr, std::size_t size);
+
+  /// Live registrations on this device.
+  [[nodiscard]] std::size_t registration_count() const;
+
+ private:
+  explicit Device(std::shared_ptr<detail::DeviceState> state);
+  std::shared_ptr<detail::DeviceState> state_;
+};
+
+/// A registered range of device memory and its host view.  Deregisters on
+/// destruction; I/O in flight keeps the mapping alive until it completes.
+class PHX_EXPORT Registration {
+ public:
+  Registration() = default;
+  Registration(Registration &&) noexcept;
+  Registration &operator=(Registration &&) noexcept;
+  Registration(const Registration &) = delete;
+  Registration &operator=(const Registration &) = delete;
+  ~Registration();
+
+  /// The device address given to register_memory().
+  [[nodiscard]] void *device_address() const noexcept;
+  /// Host virtual address of device_address(): pass it to pread/pwrite/io_uring.
+  [[nodiscard]] std::byte *host_view() const noexcept;
+  [[nodiscard]] std::size_t size() const noexcept;
+  [[nodiscard]] std::span<std::byte> view() const noexcept;
+  [[nodiscard]] explicit operator bool() const noexcept { return mapping_ != nullptr; }
+
+  /// Deregisters now (as the destructor does).  The device pages stay mapped
+  /// until I/O still using them completes.
+  void release() noexcept;
+
+ private:
+  friend class Device;
+  friend class File;
+  friend class IoQueue;
+  Registration(std::shared_ptr<detail::DeviceState> device,
+               std::shared_ptr<detail::Mapping> mapping);
+  std::shared_ptr<detail::DeviceState> device_;
+  std::shared_ptr<detail::Mapping> mapping_;
+};
+
+/// Whether File opens with O_DIRECT.
+enum class DirectIo {
+  preferred,  ///< O_DIRECT when the filesystem supports it, buffered otherwise
+  required,   ///< fail with EINVAL when the filesystem does not support O_DIRECT
+  off,        ///< buffered I/O
+};
+
+/// std::system_error with the bytes transferred before the failure.
+class PHX_EXPORT IoError : public std::system_error {
+ public:
+  IoError(int err, const std::string &what, std::size_t bytes_done);
+  [[nodiscard]] std::size_t bytes_done() const noexcept { return bytes_done_; }
+
+ private:
+  std::size_t bytes_done_;
+};
+
+/// A file (or block device) opened for Phoenix I/O.
+class PHX_EXPORT File {
+ public:
+  /// @p flags are open(2) flags (O_RDONLY, O_RDWR|O_CREAT, ...); O_DIRECT is
+  /// managed by @p direct, O_APPEND is rejected (pwrite would ignore offsets).
+  File(std::filesystem::path path, int flags, mode_t mode = 0644,
+       DirectIo direct = DirectIo::preferred);
+  File(File &&) noexcept;
+  File &operator=(File &&) noexcept;
+  File(const File &) = delete;
+  File &operator=(const File &) = delete;
+  ~File();
+
+  [[nodiscard]] int fd() const noexcept { return fd_; }
+  [[nodiscard]] const std::filesystem::path &path() const noexcept { return path_; }
+  /// True when the descriptor has O_DIRECT.
+  [[nodiscard]] bool direct_io() const noexcept { return direct_; }
+  /// Required O_DIRECT alignment of file offsets and of memory (1 when buffered).
+  [[nodiscard]] std::size_t offset_alignment() const noexcept { return offset_align_; }
+  [[nodiscard]] std::size_t memory_alignment() const noexcept { return memory_align_; }
+  [[nodiscard]] std::uint64_t size() const;
+
+  /// Reads @p size bytes at @p file_offset into @p reg at @p reg_offset.
+  /// Returns the bytes read (short only at end of file); throws IoError.
+  [[nodiscard]] std::size_t read(const Registration &reg, std::size_t reg_offset,
+                                 std::size_t size, std::uint64_t file_offset);
+  /// Writes @p size bytes of @p reg at @p reg_offset to @p file_offset.
+  std::size_t write(const Registration &reg, std::size_t reg_offset, std::size_t size,
+                    std::uint64_t file_offset);
+  /// The same on plain host memory.
+  [[nodiscard]] std::size_t read(std::span<std::byte> dst, std::uint64_t file_offset);
+  std::size_t write(std::span<const std::byte> src, std::uint64_t file_offset);
+
+  void sync();
+  void truncate(std::uint64_t size);
+
+ private:
+  // reg is null for plain host memory at host; otherwise host is ignored.
+  [[nodiscard]] std::size_t transfer(bool is_write, const Registration *reg,
+                                     std::size_t reg_offset, std::byte *host, std::size_t size,
+                                     std::uint64_t file_offset);
+  int fd_ = -1;
+  std::filesystem::path path_;
+  bool direct_ = false;
+  std::size_t offset_align_ = 1;
+  std::size_t memory_align_ = 1;
+};
+
+enum class IoOp { read, write };
+
+/// One request of a batch.  Build with the factories so the target is
+/// resolved and bounds-checked.
+struct IoRequest {
+  IoOp op = IoOp::read;
+  File *file = nullptr;
+  std::byte *buffer = nullptr;  ///< host view of the target
+  std::size_t size = 0;
+  std::uint64_t offset = 0;  ///< file offset
+  std::uint64_t user_data = 0;
+
+  /// Throws std::system_error(EINVAL) when [reg_offset, +size) is outside @p reg.
+  [[nodiscard]] static IoRequest read(File &file, const Registration &reg, std::size_t reg_offset,
+                                      std::size_t size, std::uint64_t offset,
+                                      std::uint64_t user_data = 0);
+  [[nodiscard]] static IoRequest write(File &file, const Registration &reg,
+                                       std::size_t reg_offset, std::size_t size,
+                                       std::uint64_t offset, std::uint64_t user_data = 0);
+};
+
+/// Outcome of one request: bytes done, and 0 or the errno that stopped it.
+struct IoCompletion {
+  std::uint64_t user_data = 0;
+  std::size_t bytes = 0;
+  int error = 0;
+};
+
+/// Batched, asynchronous submission through io_uring.  Accepts any number of
+/// requests of any size: they are fed to the ring as slots free up, split at
+/// 1 GiB, and resubmitted on short transfers until done or end of file.
+/// Requests the descriptor's O_DIRECT alignment cannot take as they are run
+/// synchronously with staging and complete like the others.  Not
+/// thread-safe: use one queue per thread.
+class PHX_EXPORT IoQueue {
+ public:
+  /// @p depth: ring entries (0: PHX_QUEUE_DEPTH, default 128).
+  explicit IoQueue(unsigned depth = 0);
+  IoQueue(IoQueue &&) noexcept;
+  IoQueue &operator=(IoQueue &&) noexcept;
+  IoQueue(const IoQueue &) = delete;
+  IoQueue &operator=(const IoQueue &) = delete;
+  ~IoQueue();
+
+  [[nodiscard]] unsigned depth() const noexcept;
+  /// Queues requests and submits as many as the ring takes now.
+  void submit(std::span<const IoRequest> requests);
+  /// Requests submitted or queued and not yet returned by wait().
+  [[nodiscard]] std::size_t outstanding() const noexcept;
+  /// Blocks until at least @p min_completions requests finished (fewer only
+  /// when fewer are outstanding) and returns every completion available.
+  [[nodiscard]] std::vector<IoCompletion> wait(std::size_t min_completions = 1);
+  /// submit() then wait for all of them.
+  [[nodiscard]] std::vector<IoCompletion> run(std::span<const IoRequest> requests);
+
+ private:
+  std::unique_ptr<detail::Ring> ring_;
+};
+
+}  // namespace phx
+
+#endif  // PHOENIX_PHOENIX_HPP

@@ -1,0 +1,140 @@
+/* SPDX-License-Identifier: (GPL-2.0 WITH Linux-syscall-note) OR MIT */
+/*
+ * phxfs_ioctl.h - registration ABI between phxfs.ko and user space.
+ *
+ * A process opens /dev/phxfs_devN, asks the module to pin a range of device
+ * memory (PHXFS_IOC_REGISTER) and gets back a handle plus an mmap offset that
+ * is unique to that registration.  mmap(fd, length, offset = mmap_offset)
+ * then maps the device pages (struct pages over the device BAR) into one
+ * contiguous virtual range on which ordinary O_DIRECT I/O runs.  munmap and
+ * PHXFS_IOC_DEREGISTER tear it down; close() and process exit tear down all
+ * registrations of that open file.
+ *
+ * Rules of this header (it is shared by the kernel and user space):
+ *  - fixed-width __u32/__u64 fields only, naturally aligned, explicit
+ *    padding, no pointers, no bool, no enums in structs;
+ *  - every argument struct starts with abi_version and argsz so the module
+ *    can reject callers built against another ABI and grow structs later;
+ *  - reserved and pad fields must be zero on input (checked by the module),
+ *    so they can gain a meaning without a new ioctl number.
+ */
+#ifndef PHXFS_UAPI_IOCTL_H
+#define PHXFS_UAPI_IOCTL_H
+
+#include <linux/ioctl.h>
+#include <linux/types.h>
+
+/*
+ * Bumped on any incompatible change.  The module refuses every ioctl whose
+ * abi_version differs (-EPROTO); argsz smaller than the struct it knows is
+ * -EINVAL.
+ */
+#define PHXFS_ABI_VERSION 1U
+
+/* Device nodes are /dev/phxfs_dev0 ... /dev/phxfs_dev<PHXFS_MAX_DEVICES - 1>. */
+#define PHXFS_DEVICE_PREFIX "/dev/phxfs_dev"
+#define PHXFS_MAX_DEVICES 64U
+
+/*
+ * The ioctl type byte is only decoded by our own file_operations, so a
+ * collision with another driver's number cannot misroute a call; 0xD7 is
+ * simply unused by the mainline drivers we know of.
+ */
+#define PHXFS_IOC_MAGIC 0xD7
+
+/* Values of phxfs_info.provider. */
+#define PHXFS_PROVIDER_NONE 0U
+#define PHXFS_PROVIDER_NVIDIA 1U /* nvidia_p2p_get_pages(_persistent) */
+#define PHXFS_PROVIDER_PCIBAR 2U /* byte ranges of a PCI BAR (rig, FPGA, CMB) */
+#define PHXFS_PROVIDER_DMABUF 3U /* reserved for a later provider */
+
+/* Bits of phxfs_info.flags. */
+#define PHXFS_INFO_P2PDMA (1U << 0)      /* pages come from pci_p2pdma_add_resource */
+#define PHXFS_INFO_PERSISTENT (1U << 1)  /* provider pins with the persistent API */
+
+/**
+ * struct phxfs_info - PHXFS_IOC_GET_INFO argument.
+ * @abi_version:  in: PHXFS_ABI_VERSION.
+ * @argsz:        in: sizeof(struct phxfs_info) as the caller knows it.
+ * @device_index: out: N of /dev/phxfs_devN.
+ * @provider:     out: PHXFS_PROVIDER_*.
+ * @pci_domain:   out: PCI domain of the device.
+ * @pci_bdf:      out: bus << 8 | devfn.
+ * @page_size:    out: registration granularity in bytes (device_addr and
+ *                length must be multiples of it; 64 KiB for NVIDIA GPUs).
+ * @flags:        out: PHXFS_INFO_*.
+ * @bar_size:     out: bytes of device memory the module can map.
+ * @regs_live:    out: registrations currently alive on this device.
+ * @regs_total:   out: registrations created since load.
+ * @pages_mapped: out: device pages currently inserted into user mappings.
+ * @revocations:  out: registrations revoked by the provider (e.g. cudaFree).
+ * @errors:       out: ioctls that failed validation or pinning.
+ * @reserved:     must be zero.
+ */
+struct phxfs_info {
+	__u32 abi_version;
+	__u32 argsz;
+	__u32 device_index;
+	__u32 provider;
+	__u32 pci_domain;
+	__u32 pci_bdf;
+	__u32 page_size;
+	__u32 flags;
+	__u64 bar_size;
+	__u64 regs_live;
+	__u64 regs_total;
+	__u64 pages_mapped;
+	__u64 revocations;
+	__u64 errors;
+	__u64 reserved[4];
+};
+
+/**
+ * struct phxfs_register - PHXFS_IOC_REGISTER argument.
+ * @abi_version: in: PHXFS_ABI_VERSION.
+ * @argsz:       in: sizeof(struct phxfs_register).
+ * @flags:       in: must be zero.
+ * @pad:         must be zero.
+ * @device_addr: in: NVIDIA: the CUDA device virtual address; PCIBAR: byte
+ *               offset into the BAR.  Multiple of phxfs_info.page_size.
+ * @length:      in: bytes, non-zero multiple of phxfs_info.page_size.
+ * @handle:      out: names the registration in PHXFS_IOC_DEREGISTER.
+ * @mmap_offset: out: pass as mmap's offset, with the same length, to map
+ *               the registration; unique per registration so that one can
+ *               be revoked with unmap_mapping_range() alone.
+ * @reserved:    must be zero.
+ */
+struct phxfs_register {
+	__u32 abi_version;
+	__u32 argsz;
+	__u32 flags;
+	__u32 pad;
+	__u64 device_addr;
+	__u64 length;
+	__u64 handle;
+	__u64 mmap_offset;
+	__u64 reserved[2];
+};
+
+/**
+ * struct phxfs_deregister - PHXFS_IOC_DEREGISTER argument.
+ * @abi_version: in: PHXFS_ABI_VERSION.
+ * @argsz:       in: sizeof(struct phxfs_deregister).
+ * @handle:      in: from PHXFS_IOC_REGISTER on the same open file.
+ * @reserved:    must be zero.
+ *
+ * Revokes any remaining user mapping of the registration, waits for DMA in
+ * flight on its pages to finish, then unpins.
+ */
+struct phxfs_deregister {
+	__u32 abi_version;
+	__u32 argsz;
+	__u64 handle;
+	__u64 reserved[2];
+};
+
+#define PHXFS_IOC_GET_INFO _IOWR(PHXFS_IOC_MAGIC, 0x01, struct phxfs_info)
+#define PHXFS_IOC_REGISTER _IOWR(PHXFS_IOC_MAGIC, 0x02, struct phxfs_register)
+#define PHXFS_IOC_DEREGISTER _IOWR(PHXFS_IOC_MAGIC, 0x03, struct phxfs_deregister)
+
+#endif /* PHXFS_UAPI_IOCTL_H */

@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: MIT
+#include "log.hpp"
+
+#include <cstdio>
+#include <mutex>
+
+#include "config.hpp"
+
+namespace phx::detail {
+namespace {
+
+LogLevel level_from_env() noexcept {
+  auto value = env_string("PHX_LOG");
+  if (!value) {
+    return LogLevel::off;
+  }
+  if (*value == "error") {
+    return LogLevel::error;
+  }
+  if (*value == "warn") {
+    return LogLevel::warn;
+  }
+  if (*value == "info") {
+    return LogLevel::info;
+  }
+  if (*value == "debug") {
+    return LogLevel::debug;
+  }
+  return LogLevel::off;
+}
+
+constexpr const char *kLevelNames[] = {"off", "error", "warn", "info", "debug"};
+
+}  // namespace
+
+bool log_enabled(LogLevel level) noexcept {
+  static const LogLevel configured = level_from_env();
+  return level != LogLevel::off && level <= configured;
+}
+
+void log(LogLevel level, std::string_view message) noexcept {
+  if (!log_enabled(level)) {
+    return;
+  }
+  static std::mutex mutex;
+  const std::lock_guard lock(mutex);
+  std::fprintf(stderr, "phoenix[%s]: %.*s\n", kLevelNames[static_cast<int>(level)],
+               static_cast<int>(message.size()), message.data());
+}
+
+}  // namespace phx::detail
