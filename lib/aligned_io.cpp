@@ -16,7 +16,9 @@ namespace phx::detail {
 namespace {
 
 struct FreeDeleter {
-  void operator()(std::byte *p) const noexcept { std::free(p); }  // NOLINT(cppcoreguidelines-no-malloc)
+  void operator()(std::byte *p) const noexcept {
+    std::free(p);
+  }  // NOLINT(cppcoreguidelines-no-malloc)
 };
 
 // Each thread keeps one staging buffer, grown on demand and bounded by the
@@ -75,8 +77,8 @@ ssize_t read_fully(int fd, std::byte *buf, std::size_t size, std::uint64_t offse
 // One unaligned piece [offset, offset + size) lying inside a single block of
 // policy.offset_align bytes.  Returns bytes moved for this piece (short only
 // at end of file for reads) or -1.
-ssize_t staged_piece(Direction dir, int fd, std::byte *buf, std::size_t size,
-                     std::uint64_t offset, const IoPolicy &policy) {
+ssize_t staged_piece(Direction dir, int fd, std::byte *buf, std::size_t size, std::uint64_t offset,
+                     const IoPolicy &policy) {
   const std::size_t block = policy.offset_align;
   const std::uint64_t block_offset = offset - offset % block;
   const std::size_t inside = static_cast<std::size_t>(offset - block_offset);
@@ -120,10 +122,10 @@ ssize_t staged_piece(Direction dir, int fd, std::byte *buf, std::size_t size,
 
 // Aligned file range, misaligned memory: go through the staging buffer in
 // chunk-sized, block-aligned steps.
-ssize_t bounced_body(Direction dir, int fd, std::byte *buf, std::size_t size,
-                     std::uint64_t offset, const IoPolicy &policy, std::size_t chunk) {
-  const std::size_t step = std::max(policy.offset_align, chunk / policy.offset_align *
-                                                             policy.offset_align);
+ssize_t bounced_body(Direction dir, int fd, std::byte *buf, std::size_t size, std::uint64_t offset,
+                     const IoPolicy &policy, std::size_t chunk) {
+  const std::size_t step =
+      std::max(policy.offset_align, chunk / policy.offset_align * policy.offset_align);
   const std::size_t n = std::min(size, step);
   std::byte *bounce = staging(n, policy.memory_align);
   if (bounce == nullptr) {
@@ -155,8 +157,7 @@ bool is_aligned(const std::byte *buf, std::size_t size, std::uint64_t offset,
 
 TransferResult transfer(Direction dir, int fd, std::byte *buf, std::size_t size,
                         std::uint64_t offset, const IoPolicy &policy) noexcept {
-  const std::size_t max_syscall =
-      policy.max_syscall != 0 ? policy.max_syscall : kMaxSyscallBytes;
+  const std::size_t max_syscall = policy.max_syscall != 0 ? policy.max_syscall : kMaxSyscallBytes;
   std::size_t chunk = policy.chunk_size;
   if (chunk == 0) {
     try {

@@ -120,10 +120,10 @@ std::string pointer_text(const void *p) {
 
 ssize_t io(const char *function, Direction dir, phxfs_fileid_t fid, const void *buf,
            off_t buf_offset, size_t nbyte, off_t f_offset) {
-  const std::string what = std::string(function) + "(fd " + std::to_string(fid.fd) +
-                           ", device " + std::to_string(fid.deviceID) + ", buf " +
-                           pointer_text(buf) + " + " + std::to_string(buf_offset) + ", size " +
-                           std::to_string(nbyte) + ", offset " + std::to_string(f_offset) + ")";
+  const std::string what = std::string(function) + "(fd " + std::to_string(fid.fd) + ", device " +
+                           std::to_string(fid.deviceID) + ", buf " + pointer_text(buf) + " + " +
+                           std::to_string(buf_offset) + ", size " + std::to_string(nbyte) +
+                           ", offset " + std::to_string(f_offset) + ")";
   if (buf == nullptr) {
     throw_errno(EINVAL, what + ": null buffer");
   }
@@ -163,8 +163,8 @@ ssize_t io(const char *function, Direction dir, phxfs_fileid_t fid, const void *
     const int err = errno;
     throw_errno(err, what);
   }
-  TransferResult r = state->backend().transfer(dir, fid.fd, *mapping, mapping_offset, nbyte,
-                                               file_offset, policy);
+  TransferResult r =
+      state->backend().transfer(dir, fid.fd, *mapping, mapping_offset, nbyte, file_offset, policy);
   if (r.error == EINVAL && r.done == 0 && page_aligned) {
     // The device wants more than 4 KiB alignment: ask it and stage.
     if (!policy_for_fd(fid.fd, policy)) {
@@ -226,7 +226,9 @@ phxfs_engine_t engine_to_c(Engine engine) {
 
 extern "C" {
 
-int phxfs_open(int device_id) { return phxfs_open_engine(device_id, PHXFS_ENGINE_AUTO); }
+int phxfs_open(int device_id) {
+  return phxfs_open_engine(device_id, PHXFS_ENGINE_AUTO);
+}
 
 int phxfs_open_engine(int device_id, phxfs_engine_t engine) {
   phx::detail::last_error.clear();
@@ -283,12 +285,11 @@ int phxfs_deregmem(int device_id, const void *addr, size_t len) {
   });
 }
 
-ssize_t phxfs_read(phxfs_fileid_t fid, void *buf, off_t buf_offset, size_t nbyte,
-                   off_t f_offset) {
+ssize_t phxfs_read(phxfs_fileid_t fid, void *buf, off_t buf_offset, size_t nbyte, off_t f_offset) {
   phx::detail::last_error.clear();
   return guarded("phxfs_read", ssize_t{-1}, [&] {
-    return phx::detail::io("phxfs_read", phx::detail::Direction::read, fid, buf, buf_offset,
-                           nbyte, f_offset);
+    return phx::detail::io("phxfs_read", phx::detail::Direction::read, fid, buf, buf_offset, nbyte,
+                           f_offset);
   });
 }
 
@@ -326,8 +327,12 @@ const char *phxfs_strerror(int errnum) {
   return text.c_str();
 }
 
-const char *phxfs_last_error(void) { return phx::detail::last_error.c_str(); }
+const char *phxfs_last_error(void) {
+  return phx::detail::last_error.c_str();
+}
 
-const char *phxfs_version(void) { return PHOENIX_VERSION_STRING; }
+const char *phxfs_version(void) {
+  return PHOENIX_VERSION_STRING;
+}
 
 }  // extern "C"

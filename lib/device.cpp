@@ -15,16 +15,24 @@ Device Device::open(int device_id, Engine engine) {
   return Device(detail::DeviceState::open(device_id, engine));
 }
 
-int Device::id() const noexcept { return state_->id(); }
-Engine Device::engine() const noexcept { return state_->engine(); }
-const std::string &Device::engine_reason() const noexcept { return state_->reason(); }
+int Device::id() const noexcept {
+  return state_->id();
+}
+Engine Device::engine() const noexcept {
+  return state_->engine();
+}
+const std::string &Device::engine_reason() const noexcept {
+  return state_->reason();
+}
 
 Registration Device::register_memory(void *addr, std::size_t size) {
   auto mapping = state_->register_range(addr, size);
   return {state_, std::move(mapping)};
 }
 
-std::size_t Device::registration_count() const { return state_->table().size(); }
+std::size_t Device::registration_count() const {
+  return state_->table().size();
+}
 
 Registration::Registration(std::shared_ptr<detail::DeviceState> device,
                            std::shared_ptr<detail::Mapping> mapping)
@@ -42,7 +50,9 @@ Registration &Registration::operator=(Registration &&other) noexcept {
   return *this;
 }
 
-Registration::~Registration() { release(); }
+Registration::~Registration() {
+  release();
+}
 
 void Registration::release() noexcept {
   if (mapping_) {
@@ -60,8 +70,12 @@ std::byte *Registration::host_view() const noexcept {
   return mapping_ ? mapping_->host_view() : nullptr;
 }
 
-std::size_t Registration::size() const noexcept { return mapping_ ? mapping_->size() : 0; }
+std::size_t Registration::size() const noexcept {
+  return mapping_ ? mapping_->size() : 0;
+}
 
-std::span<std::byte> Registration::view() const noexcept { return {host_view(), size()}; }
+std::span<std::byte> Registration::view() const noexcept {
+  return {host_view(), size()};
+}
 
 }  // namespace phx

@@ -12,8 +12,7 @@ namespace {
 std::string describe_range(int device_id, const void *address, std::size_t size) {
   char text[64] = {};
   (void)std::snprintf(text, sizeof(text), "%p", address);
-  return "device " + std::to_string(device_id) + ": range " + text + " + " +
-         std::to_string(size);
+  return "device " + std::to_string(device_id) + ": range " + text + " + " + std::to_string(size);
 }
 
 }  // namespace
@@ -39,9 +38,9 @@ std::shared_ptr<Mapping> DeviceState::register_range(const void *address, std::s
     throw_errno(EINVAL, describe_range(id_, address, size) + ": wraps the address space");
   }
   if (const int err = table_.reserve(start, size); err != 0) {
-    throw_errno(err, describe_range(id_, address, size) +
-                         (err == EEXIST ? ": already registered"
-                                        : ": overlaps a live registration"));
+    throw_errno(err,
+                describe_range(id_, address, size) +
+                    (err == EEXIST ? ": already registered" : ": overlaps a live registration"));
   }
   try {
     auto mapping = backend_->map(start, size);
@@ -64,6 +63,8 @@ void DeviceState::forget(const Mapping &mapping) noexcept {
   (void)table_.remove(mapping.device_address(), mapping.size(), &mapping);
 }
 
-void DeviceState::deregister_all() noexcept { (void)table_.clear(); }
+void DeviceState::deregister_all() noexcept {
+  (void)table_.clear();
+}
 
 }  // namespace phx::detail

@@ -95,8 +95,8 @@ class PhxfsDriver final : public DeviceDriver {
                      static_cast<off_t>(reg.mmap_offset));
     if (p == MAP_FAILED) {
       const int err = errno;
-      throw_errno(err, path_ + ": mmap of registration " + std::to_string(reg.handle) +
-                           ", size " + std::to_string(size) + " failed");
+      throw_errno(err, path_ + ": mmap of registration " + std::to_string(reg.handle) + ", size " +
+                           std::to_string(size) + " failed");
     }
     return static_cast<std::byte *>(p);
   }

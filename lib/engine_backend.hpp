@@ -27,8 +27,7 @@ class EngineBackend {
   [[nodiscard]] virtual Engine kind() const noexcept = 0;
 
   /// Registers [address, address + size).  Throws std::system_error.
-  [[nodiscard]] virtual std::shared_ptr<Mapping> map(std::uintptr_t address,
-                                                     std::size_t size) = 0;
+  [[nodiscard]] virtual std::shared_ptr<Mapping> map(std::uintptr_t address, std::size_t size) = 0;
 
   /// Moves @p size bytes between @p fd at @p file_offset and @p mapping at
   /// @p mapping_offset (already bounds-checked).

@@ -52,8 +52,8 @@ class DirectBackend final : public EngineBackend {
   explicit DirectBackend(std::shared_ptr<DeviceDriver> driver)
       : driver_(std::move(driver)), page_size_(driver_->info().page_size) {
     if (page_size_ == 0 || (page_size_ & (page_size_ - 1)) != 0) {
-      throw_errno(EPROTO, driver_->name() + ": module reports page size " +
-                              std::to_string(page_size_));
+      throw_errno(EPROTO,
+                  driver_->name() + ": module reports page size " + std::to_string(page_size_));
     }
   }
 
@@ -66,8 +66,8 @@ class DirectBackend final : public EngineBackend {
     const std::uintptr_t end = address + size;
     const std::uintptr_t last = (end + page_size_ - 1) / page_size_ * page_size_;
     if (last < end) {
-      throw_errno(EINVAL, "device range " + std::to_string(address) + " + " +
-                              std::to_string(size) + " overflows");
+      throw_errno(EINVAL, "device range " + std::to_string(address) + " + " + std::to_string(size) +
+                              " overflows");
     }
     const std::size_t mapped = last - first;
     const DriverRegistration reg = driver_->register_range(first, mapped);

@@ -19,6 +19,8 @@ class HostBackend final : public EngineBackend {
 
 }  // namespace
 
-std::unique_ptr<EngineBackend> make_host_backend() { return std::make_unique<HostBackend>(); }
+std::unique_ptr<EngineBackend> make_host_backend() {
+  return std::make_unique<HostBackend>();
+}
 
 }  // namespace phx::detail

@@ -41,8 +41,8 @@ Engine parse_engine(std::string_view name) {
   if (name == "compat") {
     return Engine::compat;
   }
-  detail::throw_errno(EINVAL, "unknown engine '" + std::string(name) +
-                                  "' (expected auto, direct, host or compat)");
+  detail::throw_errno(
+      EINVAL, "unknown engine '" + std::string(name) + "' (expected auto, direct, host or compat)");
 }
 
 EngineChoice choose_engine(int device_id, Engine requested) {

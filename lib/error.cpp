@@ -24,8 +24,8 @@ void throw_errno(int err, const std::string &what) {
   throw std::system_error(err, std::system_category(), what);
 }
 
-void throw_io(int err, std::string_view op, const std::filesystem::path &path,
-              std::uint64_t offset, std::size_t size, std::size_t done, std::string_view detail) {
+void throw_io(int err, std::string_view op, const std::filesystem::path &path, std::uint64_t offset,
+              std::size_t size, std::size_t done, std::string_view detail) {
   std::string what = describe_io(op, path, offset, size);
   if (!detail.empty()) {
     what += ": ";

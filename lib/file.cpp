@@ -26,15 +26,17 @@ int open_retrying(const std::filesystem::path &path, int flags, mode_t mode) {
   return fd;
 }
 
-std::string open_what(const std::filesystem::path &path) { return "open " + path.string(); }
+std::string open_what(const std::filesystem::path &path) {
+  return "open " + path.string();
+}
 
 }  // namespace
 
 File::File(std::filesystem::path path, int flags, mode_t mode, DirectIo direct)
     : path_(std::move(path)) {
   if ((flags & O_APPEND) != 0) {
-    detail::throw_errno(EINVAL, open_what(path_) +
-                                    ": O_APPEND is not supported (pwrite would ignore offsets)");
+    detail::throw_errno(
+        EINVAL, open_what(path_) + ": O_APPEND is not supported (pwrite would ignore offsets)");
   }
   flags = (flags & ~O_DIRECT) | O_CLOEXEC;
   const bool want_direct = direct != DirectIo::off;
@@ -186,8 +188,7 @@ std::size_t File::read(std::span<std::byte> dst, std::uint64_t file_offset) {
 
 std::size_t File::write(std::span<const std::byte> src, std::uint64_t file_offset) {
   // The write path only reads from the buffer.
-  return transfer(true, nullptr, 0, const_cast<std::byte *>(src.data()), src.size(),
-                  file_offset);
+  return transfer(true, nullptr, 0, const_cast<std::byte *>(src.data()), src.size(), file_offset);
 }
 
 void File::sync() {
@@ -200,8 +201,8 @@ void File::sync() {
 void File::truncate(std::uint64_t size) {
   if (size > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max()) ||
       ::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
-    const int err = size > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max()) ? EINVAL
-                                                                                         : errno;
+    const int err =
+        size > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max()) ? EINVAL : errno;
     detail::throw_errno(err, "truncate " + path_.string() + " to " + std::to_string(size));
   }
 }

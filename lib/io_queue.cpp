@@ -117,9 +117,8 @@ class Ring {
 
   void finish_synchronously(const Op &op) {
     const auto dir = op.req.op == IoOp::read ? Direction::read : Direction::write;
-    const TransferResult r =
-        transfer(dir, op.req.file->fd(), op.req.buffer + op.done, op.req.size - op.done,
-                 op.req.offset + op.done, op.policy);
+    const TransferResult r = transfer(dir, op.req.file->fd(), op.req.buffer + op.done,
+                                      op.req.size - op.done, op.req.offset + op.done, op.policy);
     ready_.push_back({op.req.user_data, op.done + r.done, r.error});
   }
 
@@ -134,8 +133,8 @@ class Ring {
       waiting_.pop_front();
       const Op &op = ops_[slot];
       const std::size_t block = std::max<std::size_t>(op.policy.offset_align, 1);
-      const auto len = static_cast<unsigned>(
-          std::min(op.req.size - op.done, kMaxSyscallBytes / block * block));
+      const auto len =
+          static_cast<unsigned>(std::min(op.req.size - op.done, kMaxSyscallBytes / block * block));
       std::byte *buf = op.req.buffer + op.done;
       const std::uint64_t off = op.req.offset + op.done;
       if (op.req.op == IoOp::read) {
@@ -264,9 +263,15 @@ IoQueue::IoQueue(IoQueue &&) noexcept = default;
 IoQueue &IoQueue::operator=(IoQueue &&) noexcept = default;
 IoQueue::~IoQueue() = default;
 
-unsigned IoQueue::depth() const noexcept { return ring_->depth(); }
-void IoQueue::submit(std::span<const IoRequest> requests) { ring_->submit(requests); }
-std::size_t IoQueue::outstanding() const noexcept { return ring_ ? ring_->outstanding() : 0; }
+unsigned IoQueue::depth() const noexcept {
+  return ring_->depth();
+}
+void IoQueue::submit(std::span<const IoRequest> requests) {
+  ring_->submit(requests);
+}
+std::size_t IoQueue::outstanding() const noexcept {
+  return ring_ ? ring_->outstanding() : 0;
+}
 std::vector<IoCompletion> IoQueue::wait(std::size_t min_completions) {
   return ring_->wait(min_completions);
 }

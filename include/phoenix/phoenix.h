@@ -112,8 +112,8 @@ PHXFS_API PHXFS_NODISCARD ssize_t phxfs_read(phxfs_fileid_t fid, void *buf, off_
 
 /** phxfs_write - the write counterpart of phxfs_read(); returns @nbyte
  *  unless an error occurs (ENOSPC, EFBIG, EBADF...). */
-PHXFS_API PHXFS_NODISCARD ssize_t phxfs_write(phxfs_fileid_t fid, const void *buf,
-                                              off_t buf_offset, size_t nbyte, off_t f_offset);
+PHXFS_API PHXFS_NODISCARD ssize_t phxfs_write(phxfs_fileid_t fid, const void *buf, off_t buf_offset,
+                                              size_t nbyte, off_t f_offset);
 
 /**
  * phxfs_strerror - thread-safe description of @errnum in Phoenix's terms

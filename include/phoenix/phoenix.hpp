@@ -195,8 +195,8 @@ class PHX_EXPORT File {
 
   /// Reads @p size bytes at @p file_offset into @p reg at @p reg_offset.
   /// Returns the bytes read (short only at end of file); throws IoError.
-  [[nodiscard]] std::size_t read(const Registration &reg, std::size_t reg_offset,
-                                 std::size_t size, std::uint64_t file_offset);
+  [[nodiscard]] std::size_t read(const Registration &reg, std::size_t reg_offset, std::size_t size,
+                                 std::uint64_t file_offset);
   /// Writes @p size bytes of @p reg at @p reg_offset to @p file_offset.
   std::size_t write(const Registration &reg, std::size_t reg_offset, std::size_t size,
                     std::uint64_t file_offset);
@@ -209,9 +209,8 @@ class PHX_EXPORT File {
 
  private:
   // reg is null for plain host memory at host; otherwise host is ignored.
-  [[nodiscard]] std::size_t transfer(bool is_write, const Registration *reg,
-                                     std::size_t reg_offset, std::byte *host, std::size_t size,
-                                     std::uint64_t file_offset);
+  [[nodiscard]] std::size_t transfer(bool is_write, const Registration *reg, std::size_t reg_offset,
+                                     std::byte *host, std::size_t size, std::uint64_t file_offset);
   int fd_ = -1;
   std::filesystem::path path_;
   bool direct_ = false;
@@ -235,9 +234,9 @@ struct IoRequest {
   [[nodiscard]] static IoRequest read(File &file, const Registration &reg, std::size_t reg_offset,
                                       std::size_t size, std::uint64_t offset,
                                       std::uint64_t user_data = 0);
-  [[nodiscard]] static IoRequest write(File &file, const Registration &reg,
-                                       std::size_t reg_offset, std::size_t size,
-                                       std::uint64_t offset, std::uint64_t user_data = 0);
+  [[nodiscard]] static IoRequest write(File &file, const Registration &reg, std::size_t reg_offset,
+                                       std::size_t size, std::uint64_t offset,
+                                       std::uint64_t user_data = 0);
 };
 
 /// Outcome of one request: bytes done, and 0 or the errno that stopped it.
@@ -251,8 +250,9 @@ struct IoCompletion {
 /// requests of any size: they are fed to the ring as slots free up, split at
 /// 1 GiB, and resubmitted on short transfers until done or end of file.
 /// Requests the descriptor's O_DIRECT alignment cannot take as they are run
-/// synchronously with staging and complete like the others.  Not
-/// thread-safe: use one queue per thread.
+/// synchronously with staging and complete like the others.  Destruction
+/// waits for requests in the ring and drops queued ones never submitted.
+/// Not thread-safe: use one queue per thread.
 class PHX_EXPORT IoQueue {
  public:
   /// @p depth: ring entries (0: PHX_QUEUE_DEPTH, default 128).
