@@ -8,44 +8,48 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 
 #include "config.hpp"
 
 namespace phx::detail {
 namespace {
 
-struct FreeDeleter {
-  void operator()(std::byte *p) const noexcept {
-    std::free(p);
-  }  // NOLINT(cppcoreguidelines-no-malloc)
-};
-
 // Each thread keeps one staging buffer, grown on demand and bounded by the
 // chunk size (or one block when a block is larger), so a pool of I/O threads
 // costs threads x chunk of memory and no allocation per request.
-struct StagingBuffer {
-  std::unique_ptr<std::byte, FreeDeleter> data;
-  std::size_t size = 0;
-  std::size_t align = 0;
+class StagingBuffer {
+ public:
+  StagingBuffer() = default;
+  ~StagingBuffer() { std::free(data_); }  // NOLINT(cppcoreguidelines-no-malloc)
+  StagingBuffer(const StagingBuffer &) = delete;
+  StagingBuffer &operator=(const StagingBuffer &) = delete;
+  StagingBuffer(StagingBuffer &&) = delete;
+  StagingBuffer &operator=(StagingBuffer &&) = delete;
+
+  std::byte *get(std::size_t size, std::size_t align) noexcept {
+    align = std::max<std::size_t>(align, 4096);
+    size = (size + align - 1) / align * align;
+    if (data_ != nullptr && size_ >= size && align_ % align == 0) {
+      return data_;
+    }
+    std::free(data_);  // NOLINT(cppcoreguidelines-no-malloc)
+    // NOLINTNEXTLINE(cppcoreguidelines-no-malloc)
+    data_ = static_cast<std::byte *>(std::aligned_alloc(align, size));
+    size_ = data_ != nullptr ? size : 0;
+    align_ = align;
+    return data_;
+  }
+
+ private:
+  std::byte *data_ = nullptr;
+  std::size_t size_ = 0;
+  std::size_t align_ = 0;
 };
 
+thread_local StagingBuffer staging_buffer;
+
 std::byte *staging(std::size_t size, std::size_t align) noexcept {
-  thread_local StagingBuffer buffer;
-  align = std::max<std::size_t>(align, 4096);
-  size = (size + align - 1) / align * align;
-  if (buffer.size >= size && buffer.align % align == 0) {
-    return buffer.data.get();
-  }
-  // NOLINTNEXTLINE(cppcoreguidelines-no-malloc)
-  auto *p = static_cast<std::byte *>(std::aligned_alloc(align, size));
-  if (p == nullptr) {
-    return nullptr;
-  }
-  buffer.data.reset(p);
-  buffer.size = size;
-  buffer.align = align;
-  return p;
+  return staging_buffer.get(size, align);
 }
 
 ssize_t sys_rw(Direction dir, int fd, std::byte *buf, std::size_t size, std::uint64_t offset) {
@@ -81,7 +85,7 @@ ssize_t staged_piece(Direction dir, int fd, std::byte *buf, std::size_t size, st
                      const IoPolicy &policy) {
   const std::size_t block = policy.offset_align;
   const std::uint64_t block_offset = offset - offset % block;
-  const std::size_t inside = static_cast<std::size_t>(offset - block_offset);
+  const auto inside = static_cast<std::size_t>(offset - block_offset);
   std::byte *bounce = staging(block, policy.memory_align);
   if (bounce == nullptr) {
     errno = ENOMEM;
@@ -177,7 +181,7 @@ TransferResult transfer(Direction dir, int fd, std::byte *buf, std::size_t size,
     const std::uint64_t off = offset + done;
     const std::size_t remaining = size - done;
     ssize_t r = 0;
-    const std::size_t misalign = static_cast<std::size_t>(off % block);
+    const auto misalign = static_cast<std::size_t>(off % block);
     if (misalign != 0 || remaining < block) {
       const std::size_t piece = std::min(remaining, block - misalign);
       r = staged_piece(dir, fd, p, piece, off, policy);

@@ -322,9 +322,9 @@ const char *phxfs_strerror(int errnum) {
       break;
   }
   // strerror() is not thread-safe; each thread keeps its own copy.
-  thread_local std::string text;
-  text = phx::detail::errno_text(errnum);
-  return text.c_str();
+  thread_local char text[128];
+  (void)std::snprintf(text, sizeof(text), "%s", phx::detail::errno_text(errnum).c_str());
+  return text;
 }
 
 const char *phxfs_last_error(void) {

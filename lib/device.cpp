@@ -63,6 +63,8 @@ void Registration::release() noexcept {
 }
 
 void *Registration::device_address() const noexcept {
+  // Device addresses are kept as integers (they may not be host pointers).
+  // NOLINTNEXTLINE(performance-no-int-to-ptr)
   return mapping_ ? reinterpret_cast<void *>(mapping_->device_address()) : nullptr;
 }
 

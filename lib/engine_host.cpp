@@ -13,6 +13,7 @@ class HostBackend final : public EngineBackend {
 
   [[nodiscard]] std::shared_ptr<Mapping> map(std::uintptr_t address, std::size_t size) override {
     // The host view is the memory itself; nothing to pin.
+    // NOLINTNEXTLINE(performance-no-int-to-ptr)
     return std::make_shared<Mapping>(address, size, reinterpret_cast<std::byte *>(address));
   }
 };

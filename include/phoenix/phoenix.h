@@ -18,6 +18,8 @@
 #ifndef PHOENIX_PHOENIX_H
 #define PHOENIX_PHOENIX_H
 
+/* A C header: C++-only modernisations do not apply. */
+/* NOLINTBEGIN(modernize-deprecated-headers, modernize-use-using) */
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -132,4 +134,5 @@ PHXFS_API const char *phxfs_version(void);
 }
 #endif
 
+/* NOLINTEND(modernize-deprecated-headers, modernize-use-using) */
 #endif /* PHOENIX_PHOENIX_H */
