@@ -204,6 +204,8 @@ Engine engine_from_c(phxfs_engine_t engine) {
       return Engine::host;
     case PHXFS_ENGINE_COMPAT:
       return Engine::compat;
+    default:
+      break;
   }
   phx::detail::throw_errno(EINVAL, "unknown engine " + std::to_string(static_cast<int>(engine)));
 }
@@ -246,7 +248,7 @@ int phxfs_close(int device_id) {
 
 phxfs_engine_t phxfs_device_engine(int device_id) {
   phx::detail::last_error.clear();
-  return guarded("phxfs_device_engine", static_cast<phxfs_engine_t>(-1),
+  return guarded("phxfs_device_engine", PHXFS_ENGINE_ERROR,
                  [&] { return engine_to_c(devices().get(device_id)->engine()); });
 }
 
@@ -260,6 +262,8 @@ const char *phxfs_engine_name(phxfs_engine_t engine) {
       return "host";
     case PHXFS_ENGINE_COMPAT:
       return "compat";
+    default:
+      break;
   }
   return "unknown";
 }

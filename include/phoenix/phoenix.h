@@ -49,7 +49,11 @@ typedef enum phxfs_engine {
   PHXFS_ENGINE_AUTO = 0, /**< PHX_ENGINE if set, else direct when the module serves the device */
   PHXFS_ENGINE_DIRECT = 1,
   PHXFS_ENGINE_HOST = 2,
-  PHXFS_ENGINE_COMPAT = 3 /**< GPU without the module; not built yet: ENOTSUP */
+  PHXFS_ENGINE_COMPAT = 3, /**< GPU without the module; not built yet: ENOTSUP */
+  PHXFS_ENGINE_ERROR = -1, /**< returned by phxfs_device_engine() on failure */
+  /* Makes every int a valid value, so a C caller's stray number reaches
+   * the library as a value it can reject (EINVAL) rather than as UB. */
+  PHXFS_ENGINE_FORCE_INT_ = 0x7fffffff
 } phxfs_engine_t;
 
 /**
@@ -71,7 +75,8 @@ PHXFS_API PHXFS_NODISCARD int phxfs_open_engine(int device_id, phxfs_engine_t en
  */
 PHXFS_API int phxfs_close(int device_id);
 
-/** phxfs_device_engine - the engine serving an open device, or -1 (ENODEV). */
+/** phxfs_device_engine - the engine serving an open device, or
+ *  PHXFS_ENGINE_ERROR with errno EINVAL/ENODEV. */
 PHXFS_API phxfs_engine_t phxfs_device_engine(int device_id);
 
 /** phxfs_engine_name - "auto", "direct", "host", "compat" or "unknown". */

@@ -108,7 +108,7 @@ TEST(CApiDevice, ClosedDeviceIsEnodev) {
   EXPECT_C_ERROR(phxfs_deregmem(3, &x, sizeof(x)), ENODEV, "not open");
   EXPECT_C_ERROR(phxfs_read(phxfs_fileid_t{0, 3}, &x, 0, 1, 0), ENODEV, "not open");
   EXPECT_C_ERROR(phxfs_write(phxfs_fileid_t{0, 3}, &x, 0, 1, 0), ENODEV, "not open");
-  EXPECT_EQ(phxfs_device_engine(3), static_cast<phxfs_engine_t>(-1));
+  EXPECT_EQ(phxfs_device_engine(3), PHXFS_ENGINE_ERROR);
   EXPECT_EQ(errno, ENODEV);
 }
 
@@ -236,6 +236,39 @@ TEST(CApiDiagnostics, StrerrorAndNames) {
   ASSERT_EQ(phxfs_open_engine(7, PHXFS_ENGINE_HOST), 0);
   EXPECT_STREQ(phxfs_last_error(), "");
   EXPECT_EQ(phxfs_close(7), 0);
+}
+
+}  // namespace
+
+namespace {
+
+// POSIX short-count convention: progress first, the error on the next call;
+// what was reported written is in the file.
+TEST(CApiFull, WriteReportsProgressThenTheError) {
+  std::string why;
+  auto mnt = phx::test::ScratchMount::make("tmpfs", "size=1m", why);
+  if (!mnt) {
+    GTEST_SKIP() << why;
+  }
+  ASSERT_EQ(phxfs_open_engine(8, PHXFS_ENGINE_HOST), 0);
+  AlignedBuffer mem(3 << 20);
+  phx::test::fill_pattern(mem.span(), 10, 0);
+  void *t = nullptr;
+  ASSERT_EQ(phxfs_regmem(8, mem.data(), mem.size(), &t), 0);
+  const auto path = mnt->path() / "f";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  const ssize_t first = phxfs_write(phxfs_fileid_t{fd, 8}, mem.data(), 0, mem.size(), 0);
+  EXPECT_GT(first, 0);
+  EXPECT_LT(first, static_cast<ssize_t>(mem.size()));
+  EXPECT_NE(std::string(phxfs_last_error()).find("stopped after"), std::string::npos);
+  EXPECT_C_ERROR(phxfs_write(phxfs_fileid_t{fd, 8}, mem.data(), first, mem.size() - first, first),
+                 ENOSPC, "phxfs_write");
+  ::close(fd);
+  const auto data = phx::test::read_whole_file(path);
+  ASSERT_GE(data.size(), static_cast<std::size_t>(first));
+  EXPECT_EQ(find_mismatch({data.data(), static_cast<std::size_t>(first)}, 10, 0), std::nullopt);
+  EXPECT_EQ(phxfs_close(8), 0);
 }
 
 }  // namespace

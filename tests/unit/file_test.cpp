@@ -3,6 +3,7 @@
 // reading into registrations, and errors that name file, offset and size.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -203,6 +204,32 @@ TEST(File, TruncateSetsTheSizeAndRejectsImpossibleSizes) {
   EXPECT_EQ(f.size(), 0U);
   expect_error(EINVAL, {"truncate", (dir / "t").string()},
                [&] { f.truncate(std::uint64_t{1} << 63); });
+}
+
+}  // namespace
+}  // namespace phx
+
+namespace phx {
+namespace {
+
+TEST(File, ReadOnlyFilesystemRefusesWritesAndServesReads) {
+  std::string why;
+  auto mnt = test::ScratchMount::make("tmpfs", "size=4m", why);
+  if (!mnt) {
+    GTEST_SKIP() << why;
+  }
+  const auto path = mnt->path() / "f";
+  test::write_pattern_file(path, 100000, 4);
+  ASSERT_EQ(::mount(nullptr, mnt->path().c_str(), nullptr, MS_REMOUNT | MS_RDONLY, nullptr), 0)
+      << std::strerror(errno);
+  expect_error(EROFS, {"open " + path.string()}, [&] { File f(path, O_RDWR); });
+  expect_error(EROFS, {"open " + path.string()}, [&] { File f(path, O_WRONLY); });
+  File f(path, O_RDONLY);
+  AlignedBuffer buf(100000);
+  EXPECT_EQ(f.read(buf.span(), 0), 100000U);
+  EXPECT_EQ(find_mismatch(buf.span(), 4, 0), std::nullopt);
+  expect_error(EBADF, {"write " + path.string(), "offset 0, size 4096"},
+               [&] { (void)f.write(buf.span().first(4096), 0); });
 }
 
 }  // namespace
