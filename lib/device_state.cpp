@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "error.hpp"
+#include "log.hpp"
 
 namespace phx::detail {
 namespace {
@@ -22,8 +23,14 @@ DeviceState::DeviceState(int id, std::unique_ptr<EngineBackend> backend, std::st
 
 std::shared_ptr<DeviceState> DeviceState::open(int device_id, Engine requested) {
   const EngineChoice choice = choose_engine(device_id, requested);
-  return std::make_shared<DeviceState>(device_id, make_backend(device_id, choice.engine),
-                                       choice.reason);
+  auto state = std::make_shared<DeviceState>(device_id, make_backend(device_id, choice.engine),
+                                             choice.reason);
+  if (log_enabled(LogLevel::info)) {
+    log(LogLevel::info, "device " + std::to_string(device_id) + ": " +
+                            std::string(to_string(choice.engine)) + " engine (" + choice.reason +
+                            ")");
+  }
+  return state;
 }
 
 std::shared_ptr<Mapping> DeviceState::register_range(const void *address, std::size_t size) {

@@ -33,9 +33,10 @@ constexpr const char *kLevelNames[] = {"off", "error", "warn", "info", "debug"};
 
 }  // namespace
 
+// Read on every call: logging happens on open and error paths only, and a
+// process may set PHX_LOG after loading the library.
 bool log_enabled(LogLevel level) noexcept {
-  static const LogLevel configured = level_from_env();
-  return level != LogLevel::off && level <= configured;
+  return level != LogLevel::off && level <= level_from_env();
 }
 
 void log(LogLevel level, std::string_view message) noexcept {
