@@ -108,11 +108,13 @@ PHXFS_API int phxfs_deregmem(int device_id, const void *addr, size_t len);
  * phxfs_regmem, or any address inside a registration).
  * Loops on short reads; any size (split internally); any alignment
  * (unaligned head/tail are staged when the descriptor has O_DIRECT).
- * Returns the bytes read: fewer than @nbyte only at end of file.
- * Errors: EINVAL negative offsets or overflow; EFAULT target range not
- * inside one registration; ENODEV device not open; errors of pread(2).
- * When an error follows partial progress the count done so far is lost
- * to the C API; the C++ API reports it in the exception message.
+ * Returns the bytes read: fewer than @nbyte only at end of file, or when an
+ * error stopped the transfer after partial progress (POSIX convention: the
+ * count is returned, errno and phxfs_last_error() say what stopped it, and
+ * the next call reports the error).
+ * Errors: EINVAL null buf, negative offsets or overflow; EBADF bad fd;
+ * EFAULT target range not inside one registration; ENODEV device not open;
+ * errors of pread(2).
  */
 PHXFS_API PHXFS_NODISCARD ssize_t phxfs_read(phxfs_fileid_t fid, void *buf, off_t buf_offset,
                                              size_t nbyte, off_t f_offset);

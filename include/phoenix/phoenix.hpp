@@ -83,7 +83,7 @@ struct ModuleDeviceInfo {
   std::uint64_t errors = 0;
 };
 /// Opens /dev/phxfs_dev<id> and asks for GET_INFO; throws std::system_error
-/// (ENOENT when the node is absent, EPROTO on an ABI mismatch).
+/// (EINVAL bad id, ENODEV when the node is absent, EPROTO on an ABI mismatch).
 [[nodiscard]] PHX_EXPORT ModuleDeviceInfo query_module_device(int device_id);
 
 class Registration;
@@ -222,7 +222,7 @@ enum class IoOp { read, write };
 
 /// One request of a batch.  Build with the factories so the target is
 /// resolved and bounds-checked.
-struct IoRequest {
+struct PHX_EXPORT IoRequest {
   IoOp op = IoOp::read;
   File *file = nullptr;
   std::byte *buffer = nullptr;  ///< host view of the target

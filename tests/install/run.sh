@@ -24,7 +24,7 @@ step() { printf '\n== install test: %s\n' "$*"; }
 flags=()
 cache=$build/CMakeCache.txt
 if grep -q '^PHX_SANITIZE:BOOL=ON' "$cache"; then
-  flags=(-fsanitize=address,undefined)
+  flags=("-fsanitize=address,undefined")
 elif grep -q '^PHX_TSAN:BOOL=ON' "$cache"; then
   flags=(-fsanitize=thread)
 fi
