@@ -162,14 +162,20 @@ bool is_aligned(const std::byte *buf, std::size_t size, std::uint64_t offset,
 TransferResult transfer(Direction dir, int fd, std::byte *buf, std::size_t size,
                         std::uint64_t offset, const IoPolicy &policy) noexcept {
   const std::size_t max_syscall = policy.max_syscall != 0 ? policy.max_syscall : kMaxSyscallBytes;
+  // PHX_CHUNK_SIZE matters only when memory must be bounced: read it then,
+  // not on every aligned request.
   std::size_t chunk = policy.chunk_size;
-  if (chunk == 0) {
+  const auto chunk_size = [&chunk]() noexcept -> bool {
+    if (chunk != 0) {
+      return true;
+    }
     try {
       chunk = chunk_size_from_env();
+      return true;
     } catch (...) {
-      return {0, EINVAL};
+      return false;
     }
-  }
+  };
   const std::size_t block = policy.direct ? std::max<std::size_t>(policy.offset_align, 1) : 1;
   const std::size_t mem_align = policy.direct ? std::max<std::size_t>(policy.memory_align, 1) : 1;
   // Keep syscall sizes whole blocks so O_DIRECT bodies stay aligned.
@@ -193,8 +199,10 @@ TransferResult transfer(Direction dir, int fd, std::byte *buf, std::size_t size,
       const std::size_t body = std::min(remaining / block * block, max_body);
       if (reinterpret_cast<std::uintptr_t>(p) % mem_align == 0) {
         r = sys_rw(dir, fd, p, body, off);
-      } else {
+      } else if (chunk_size()) {
         r = bounced_body(dir, fd, p, body, off, policy, chunk);
+      } else {
+        return {done, EINVAL};  // malformed PHX_CHUNK_SIZE
       }
     }
     if (r < 0) {

@@ -120,33 +120,36 @@ std::string pointer_text(const void *p) {
 
 ssize_t io(const char *function, Direction dir, phxfs_fileid_t fid, const void *buf,
            off_t buf_offset, size_t nbyte, off_t f_offset) {
-  const std::string what = std::string(function) + "(fd " + std::to_string(fid.fd) + ", device " +
-                           std::to_string(fid.deviceID) + ", buf " + pointer_text(buf) + " + " +
-                           std::to_string(buf_offset) + ", size " + std::to_string(nbyte) +
-                           ", offset " + std::to_string(f_offset) + ")";
+  // Built only on failure: this is the per-I/O path.
+  const auto what = [&] {
+    return std::string(function) + "(fd " + std::to_string(fid.fd) + ", device " +
+           std::to_string(fid.deviceID) + ", buf " + pointer_text(buf) + " + " +
+           std::to_string(buf_offset) + ", size " + std::to_string(nbyte) + ", offset " +
+           std::to_string(f_offset) + ")";
+  };
   if (buf == nullptr) {
-    throw_errno(EINVAL, what + ": null buffer");
+    throw_errno(EINVAL, what() + ": null buffer");
   }
   if (buf_offset < 0 || f_offset < 0) {
-    throw_errno(EINVAL, what + ": negative offset");
+    throw_errno(EINVAL, what() + ": negative offset");
   }
   constexpr auto kMaxOff = static_cast<std::uint64_t>(std::numeric_limits<off_t>::max());
   if (nbyte > static_cast<std::size_t>(std::numeric_limits<ssize_t>::max()) ||
       nbyte > kMaxOff - static_cast<std::uint64_t>(f_offset)) {
-    throw_errno(EINVAL, what + ": size too large");
+    throw_errno(EINVAL, what() + ": size too large");
   }
   if (fid.fd < 0) {
-    throw_errno(EBADF, what + ": bad file descriptor");
+    throw_errno(EBADF, what() + ": bad file descriptor");
   }
   const auto state = devices().get(fid.deviceID);
   const auto base = reinterpret_cast<std::uintptr_t>(buf);
   const auto address = base + static_cast<std::uintptr_t>(buf_offset);
   if (address < base) {
-    throw_errno(EINVAL, what + ": buffer offset wraps");
+    throw_errno(EINVAL, what() + ": buffer offset wraps");
   }
   const auto mapping = state->table().find(address, std::max<std::size_t>(nbyte, 1));
   if (!mapping) {
-    throw_errno(EFAULT, what + ": target range is not inside one registration");
+    throw_errno(EFAULT, what() + ": target range is not inside one registration");
   }
   if (nbyte == 0) {
     return 0;
@@ -161,7 +164,7 @@ ssize_t io(const char *function, Direction dir, phxfs_fileid_t fid, const void *
   IoPolicy policy = page_aligned_policy();
   if (!page_aligned && !policy_for_fd(fid.fd, policy)) {
     const int err = errno;
-    throw_errno(err, what);
+    throw_errno(err, what());
   }
   TransferResult r =
       state->backend().transfer(dir, fid.fd, *mapping, mapping_offset, nbyte, file_offset, policy);
@@ -169,18 +172,18 @@ ssize_t io(const char *function, Direction dir, phxfs_fileid_t fid, const void *
     // The device wants more than 4 KiB alignment: ask it and stage.
     if (!policy_for_fd(fid.fd, policy)) {
       const int err = errno;
-      throw_errno(err, what);
+      throw_errno(err, what());
     }
     r = state->backend().transfer(dir, fid.fd, *mapping, mapping_offset, nbyte, file_offset,
                                   policy);
   }
   if (r.error != 0) {
     if (r.done == 0) {
-      throw_errno(r.error, what);
+      throw_errno(r.error, what());
     }
     // POSIX short-count convention: report progress now, the error on the
     // next call.  The message still says what happened.
-    fail(function, r.error, what + ": stopped after " + std::to_string(r.done) + " bytes");
+    fail(function, r.error, what() + ": stopped after " + std::to_string(r.done) + " bytes");
   }
   return static_cast<ssize_t>(r.done);
 }

@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>  // setenv/unsetenv
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -352,6 +353,36 @@ TEST_P(AlignedIo, FullFilesystemReportsEnospcAndKeepsWhatWasWritten) {
   const auto data = test::read_whole_file(path);
   ASSERT_GE(data.size(), r.done);
   EXPECT_EQ(find_mismatch({data.data(), r.done}, 6, 0), std::nullopt);
+}
+
+}  // namespace
+}  // namespace phx::detail
+
+namespace phx::detail {
+namespace {
+
+// PHX_CHUNK_SIZE sizes the bounce steps for misaligned memory; a malformed
+// value fails only the requests that need bouncing, with EINVAL.
+TEST(AlignedIoChunk, ChunkSizeFromEnvironment) {
+  TempDir dir;
+  test::write_pattern_file(dir / "f", 1 << 20, 13);
+  const Fd fd(dir / "f", O_RDONLY | O_DIRECT);
+  IoPolicy p;
+  ASSERT_TRUE(policy_for_fd(fd.get(), p));
+  AlignedBuffer buf((1 << 20) + 4096);
+  ::setenv("PHX_CHUNK_SIZE", "8K", 1);
+  auto r = transfer(Direction::read, fd.get(), buf.data() + 1, 1 << 20, 0, p);
+  EXPECT_EQ(r.error, 0);
+  EXPECT_EQ(r.done, 1U << 20);
+  EXPECT_EQ(find_mismatch({buf.data() + 1, 1 << 20}, 13, 0), std::nullopt);
+  ::setenv("PHX_CHUNK_SIZE", "lots", 1);
+  r = transfer(Direction::read, fd.get(), buf.data(), 1 << 20, 0, p);
+  EXPECT_EQ(r.error, 0);  // aligned: no bouncing, the variable is not consulted
+  EXPECT_EQ(r.done, 1U << 20);
+  r = transfer(Direction::read, fd.get(), buf.data() + 1, 1 << 20, 0, p);
+  EXPECT_EQ(r.error, EINVAL);
+  EXPECT_EQ(r.done, 0U);
+  ::unsetenv("PHX_CHUNK_SIZE");
 }
 
 }  // namespace
