@@ -89,8 +89,10 @@ PHXFS_API const char *phxfs_engine_name(phxfs_engine_t engine);
  * engine; @addr itself for the host engine).
  * Errors: EINVAL null addr/target_addr, zero length, address overflow,
  * misalignment the engine cannot serve, or partial overlap with a live
- * registration; EEXIST the same range is already registered; ENODEV device
- * not open; ENOMEM; errors of the module's REGISTER ioctl and mmap.
+ * registration; EEXIST the same range is already registered; EFAULT host
+ * engine and the range is not mapped host memory (e.g. a GPU pointer);
+ * ENODEV device not open; ENOMEM; errors of the module's REGISTER ioctl and
+ * mmap.
  */
 PHXFS_API PHXFS_NODISCARD int phxfs_regmem(int device_id, const void *addr, size_t len,
                                            void **target_addr);

@@ -110,7 +110,8 @@ class PHX_EXPORT Device {
   /// virtual range.  Any size; for the direct engine an unaligned range is
   /// widened to the module's page size underneath and the view points at addr.
   /// Throws: EINVAL bad range or partial overlap, EEXIST same range twice,
-  /// and the module's errors.
+  /// EFAULT (host engine) range not mapped in this process, and the
+  /// module's errors.
   [[nodiscard]] Registration register_memory(void *addr, std::size_t size);
 
   /// Live registrations on this device.

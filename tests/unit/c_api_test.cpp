@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>  // setenv/unsetenv
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -142,6 +143,27 @@ TEST_F(CApi, RegmemBadArguments) {
   EXPECT_C_ERROR(phxfs_regmem(0, mem.data() + 4096, 8192, &t), EINVAL, "overlaps");
   EXPECT_C_ERROR(phxfs_regmem(0, mem.data(), 4096, &t), EINVAL, "overlaps");
   EXPECT_EQ(phxfs_regmem(0, mem.data() + 8192, 4096, &t), 0);  // adjacent is fine
+}
+
+// The host engine copies into registered memory: a range that is not
+// mapped (a stray pointer, or GPU memory without the direct engine) is
+// refused when registered instead of crashing a later read.
+TEST_F(CApi, RegmemOfUnmappedMemoryIsEfault) {
+  void *t = nullptr;
+  void *hole =
+      ::mmap(nullptr, 3 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(hole, MAP_FAILED);
+  auto *bytes = static_cast<std::byte *>(hole);
+  ASSERT_EQ(::munmap(bytes + 4096, 4096), 0);  // [mapped][unmapped][mapped]
+  EXPECT_C_ERROR(phxfs_regmem(0, bytes, 3 * 4096, &t), EFAULT, "not mapped host memory");
+  EXPECT_C_ERROR(phxfs_regmem(0, bytes + 4095, 2, &t), EFAULT, "not mapped host memory");
+  EXPECT_C_ERROR(phxfs_regmem(0, reinterpret_cast<void *>(0x1000), 4096, &t), EFAULT, "not mapped");
+  EXPECT_EQ(phxfs_regmem(0, bytes + 8192, 4096, &t), 0);
+  EXPECT_EQ(phxfs_deregmem(0, bytes + 8192, 4096), 0);
+  EXPECT_EQ(phxfs_regmem(0, bytes, 4096, &t), 0);  // the failed attempts left no claim
+  EXPECT_EQ(phxfs_deregmem(0, bytes, 4096), 0);
+  ::munmap(bytes, 4096);
+  ::munmap(bytes + 8192, 4096);
 }
 
 TEST_F(CApi, DeregmemUnknownRangeIsEinval) {
