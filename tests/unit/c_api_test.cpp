@@ -150,20 +150,30 @@ TEST_F(CApi, RegmemBadArguments) {
 // refused when registered instead of crashing a later read.
 TEST_F(CApi, RegmemOfUnmappedMemoryIsEfault) {
   void *t = nullptr;
-  void *hole =
-      ::mmap(nullptr, 3 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  ASSERT_NE(hole, MAP_FAILED);
-  auto *bytes = static_cast<std::byte *>(hole);
-  ASSERT_EQ(::munmap(bytes + 4096, 4096), 0);  // [mapped][unmapped][mapped]
-  EXPECT_C_ERROR(phxfs_regmem(0, bytes, 3 * 4096, &t), EFAULT, "not mapped host memory");
-  EXPECT_C_ERROR(phxfs_regmem(0, bytes + 4095, 2, &t), EFAULT, "not mapped host memory");
-  EXPECT_C_ERROR(phxfs_regmem(0, reinterpret_cast<void *>(0x1000), 4096, &t), EFAULT, "not mapped");
-  EXPECT_EQ(phxfs_regmem(0, bytes + 8192, 4096, &t), 0);
-  EXPECT_EQ(phxfs_deregmem(0, bytes + 8192, 4096), 0);
-  EXPECT_EQ(phxfs_regmem(0, bytes, 4096, &t), 0);  // the failed attempts left no claim
-  EXPECT_EQ(phxfs_deregmem(0, bytes, 4096), 0);
-  ::munmap(bytes, 4096);
-  ::munmap(bytes + 8192, 4096);
+  // Below mmap_min_addr nothing can be mapped.
+  EXPECT_C_ERROR(phxfs_regmem(0, reinterpret_cast<void *>(0x1000), 4096, &t), EFAULT,
+                 "not mapped host memory");
+  // A page followed by a hole.  The pair is placed at a fixed address far
+  // from where the kernel and the sanitizers' allocators put mappings, so
+  // nothing fills the hole while the test runs.
+  std::byte *page = nullptr;
+  for (std::uintptr_t hint : {0x3e0000000000ULL, 0x2e0000000000ULL, 0x5e0000000000ULL}) {
+    void *p = ::mmap(reinterpret_cast<void *>(hint), 2 * 4096, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p != MAP_FAILED) {
+      page = static_cast<std::byte *>(p);
+      break;
+    }
+  }
+  if (page == nullptr) {
+    GTEST_SKIP() << "no free fixed address for the hole: " << std::strerror(errno);
+  }
+  ASSERT_EQ(::munmap(page + 4096, 4096), 0);
+  EXPECT_C_ERROR(phxfs_regmem(0, page, 2 * 4096, &t), EFAULT, "not mapped host memory");
+  EXPECT_C_ERROR(phxfs_regmem(0, page + 4095, 2, &t), EFAULT, "not mapped host memory");
+  EXPECT_EQ(phxfs_regmem(0, page + 100, 3996, &t), 0);  // the failed attempts left no claim
+  EXPECT_EQ(phxfs_deregmem(0, page + 100, 3996), 0);
+  ::munmap(page, 4096);
 }
 
 TEST_F(CApi, DeregmemUnknownRangeIsEinval) {
