@@ -1,0 +1,1051 @@
+#!/usr/bin/env python3
+"""Phoenix VM rig: Debian stock kernels in QEMU with emulated NVMe and ivshmem.
+
+Subcommands (vm/run and vm/fetch-kernels are thin wrappers):
+  fetch   download and unpack the newest Debian 6.1 / 6.12 kernels into the
+          cache, check their headers by building a hello module
+  run     build the guest for each kernel, boot it, judge the report
+
+See vm/README.md for the guest protocol and the layout of the work folder.
+Python 3 standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import gzip
+import hashlib
+import io
+import json
+import lzma
+import os
+import re
+import shlex
+import shutil
+import signal
+import stat
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+VM_DIR = REPO / "vm"
+WORK_ROOT = REPO / "build" / "vm"
+DEFAULT_CACHE = "/var/cache/phoenix-vm"
+
+# Kernel series the rig knows: package-name patterns of the unsigned image.
+SERIES = {
+    "6.1": re.compile(r"^linux-image-(6\.1\.0-(\d+)-amd64)-unsigned$"),
+    "6.12": re.compile(r"^linux-image-(6\.12\.(\d+)\+deb12-amd64)-unsigned$"),
+}
+
+# Stock modules the guest's /init loads (with their dependencies).
+# crc32c_generic: ext4's metadata checksums need a crc32c shash and there is
+# no modprobe in the guest to load it on demand.
+GUEST_MODULES = ["nvme", "crc32c_generic", "ext4"]
+
+RAW_SERIAL = "phxraw"
+EXT4_SERIAL = "phxext4"
+RAW_MIB = 256
+EXT4_MIB = 512
+SHM_MIB = 256
+NSHM = 2
+# Fixed PCI slots on pcie.0 so that BDFs (and their order) never change.
+NVME_SLOTS = (0x04, 0x05)
+SHM_SLOTS = (0x10, 0x11)
+
+KERNEL_CMDLINE = [
+    "console=ttyS0",
+    "loglevel=4",            # console gets warnings and worse; dmesg keeps all
+    "log_buf_len=8M",        # the whole run must fit for the dmesg verdict
+    "panic=-1",              # a panic reboots at once; -no-reboot ends QEMU
+    "oops=panic",            # an oops ends the run now, not at the timeout
+    "softlockup_panic=1",
+    "hung_task_panic=1",
+    "sysctl.kernel.hung_task_timeout_secs=60",
+    "init_on_alloc=0",
+    "slub_debug=FZPU",
+]
+
+# dmesg lines that fail a run (searched case-sensitively unless noted).
+DMESG_BAD = [
+    re.compile(p)
+    for p in (
+        r"BUG",                    # BUG:, kernel BUG at, slub "BUG kmalloc-64"
+        r"WARNING:",
+        r"Oops",
+        r"general protection",
+        r"(?i)leak",
+        r"Call Trace",
+        r"Poison overwritten",
+        r"Object padding",
+        r"Redzone",
+        r"Padding overwritten",
+        r"Object already free",
+        r"Freechain corrupt",
+        r"Freepointer corrupt",
+        r"Bad page",
+        r"Bad rss-counter",
+        r"page dumped because",
+        r"UBSAN",
+        r"KASAN",
+        r"KFENCE",
+        r"Kernel panic",
+        r"Unable to handle",
+        r"INFO: task .* blocked",
+        r"rcu_.*(stall|detected)",
+        r"list_(add|del) corruption",
+        r"refcount_t:",
+        r"double free",
+        r"use-after-free",
+    )
+]
+# Known-harmless boot lines that would otherwise match DMESG_BAD (exact
+# kernel texts seen on QEMU's emulated CPUs; keep this list narrow).
+DMESG_BENIGN = [
+    re.compile(p)
+    for p in (
+        r"RETBleed: WARNING: Spectre v2 mitigation leaves CPU vulnerable to RETBleed attacks, data leaks possible!",
+        r"Spectre V2 : WARNING: Unprivileged eBPF is enabled",
+        r"MDS CPU bug present and SMT on, data leak possible",
+        r"MMIO Stale Data CPU bug present and SMT on, data leak possible",
+        r"TAA CPU bug present and SMT on, data leak possible",
+        r"VMSCAPE: SMT on, STIBP is required for full protection",
+    )
+]
+
+
+class RigError(Exception):
+    """A problem with the rig or its inputs (not a test verdict)."""
+
+
+def info(msg: str) -> None:
+    print(f"vm: {msg}", flush=True)
+
+
+def run_cmd(cmd, *, cwd=None, env=None, quiet=True, what=None) -> str:
+    """Runs cmd; on failure raises RigError with its output."""
+    proc = subprocess.run(
+        cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE if quiet else None,
+        stderr=subprocess.STDOUT if quiet else None, text=True)
+    if proc.returncode != 0:
+        out = (proc.stdout or "").strip()
+        tail = "\n".join(out.splitlines()[-40:])
+        raise RigError(f"{what or shlex.join(map(str, cmd))} failed (exit {proc.returncode})"
+                       + (f":\n{tail}" if tail else ""))
+    return proc.stdout or ""
+
+
+def need_tools(*tools: str) -> None:
+    missing = [t for t in tools if shutil.which(t) is None]
+    if missing:
+        raise RigError(f"missing tools: {' '.join(missing)} (run scripts/setup)")
+
+
+def version_key(s: str):
+    """sort -V-like key."""
+    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", s) if p]
+
+
+# ---------------------------------------------------------------------------
+# Kernel fetch and cache
+
+
+@dataclass
+class Kernel:
+    series: str
+    release: str            # uname -r, e.g. 6.1.0-57-amd64
+    root: Path              # unpacked packages
+    packages: list[str]
+
+    @property
+    def kdir(self) -> Path:
+        return self.root / "usr/src" / f"linux-headers-{self.release}"
+
+    @property
+    def vmlinuz(self) -> Path:
+        return self.root / "boot" / f"vmlinuz-{self.release}"
+
+    @property
+    def config(self) -> Path:
+        return self.root / "boot" / f"config-{self.release}"
+
+    @property
+    def moddir(self) -> Path:
+        return self.root / "lib/modules" / self.release
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("PHX_VM_CACHE") or DEFAULT_CACHE)
+
+
+def apt_show_field(pkg: str, fld: str) -> str:
+    out = run_cmd(["apt-cache", "show", "--no-all-versions", pkg],
+                  what=f"apt-cache show {pkg}")
+    m = re.search(rf"^{fld}: (.*)$", out, re.M)
+    if not m:
+        raise RigError(f"apt-cache show {pkg}: no {fld} field")
+    return m.group(1)
+
+
+def newest_release(series: str) -> str:
+    env = os.environ.get("PHX_VM_KERNEL_" + series.replace(".", "_"))
+    if env:
+        return env
+    pat = SERIES[series]
+    names = run_cmd(["apt-cache", "pkgnames", "linux-image-" + series + "."],
+                    what="apt-cache pkgnames").split()
+    found = sorted({m.group(1) for n in names if (m := pat.match(n))}, key=version_key)
+    # pkgnames also lists names only mentioned by other packages: take the
+    # newest one apt can actually download.
+    for rel in reversed(found):
+        proc = subprocess.run(["apt-cache", "show", "--no-all-versions",
+                               f"linux-image-{rel}-unsigned"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        if proc.returncode == 0 and proc.stdout.strip():
+            return rel
+    raise RigError(
+        f"apt knows no linux-image-*-amd64-unsigned package of the {series} series "
+        "(bookworm-backports missing or apt lists stale: run scripts/setup)")
+
+
+def kernel_packages(rel: str) -> list[str]:
+    hdr = f"linux-headers-{rel}"
+    deps = apt_show_field(hdr, "Depends")
+    names = [d.strip().split()[0] for alt in deps.split(",") for d in alt.split("|")]
+    common = [n for n in names if re.fullmatch(r"linux-headers-.*-common", n)]
+    kbuild = [n for n in names if n.startswith("linux-kbuild-")]
+    if len(common) != 1 or len(kbuild) != 1:
+        raise RigError(f"cannot find the -common and kbuild packages in {hdr}'s Depends: {deps}")
+    return [f"linux-image-{rel}-unsigned", hdr, common[0], kbuild[0]]
+
+
+HELLO_C = r"""
+#include <linux/module.h>
+static int __init hello_init(void) { return 0; }
+static void __exit hello_exit(void) {}
+module_init(hello_init);
+module_exit(hello_exit);
+MODULE_LICENSE("GPL");
+"""
+
+
+def check_headers(k: Kernel) -> None:
+    """Builds a trivial out-of-tree module against the unpacked headers."""
+    with tempfile.TemporaryDirectory(prefix="phx-hello-") as d:
+        Path(d, "hello.c").write_text(HELLO_C)
+        Path(d, "Kbuild").write_text("obj-m := hello.o\n")
+        run_cmd(["make", "-C", str(k.kdir), f"M={d}", "modules"],
+                what=f"building a hello module against {k.kdir}")
+        if not Path(d, "hello.ko").is_file():
+            raise RigError(f"hello module against {k.kdir}: no hello.ko produced")
+
+
+def unpack_kernel(rel: str, dest: Path, packages: list[str]) -> None:
+    debs = dest / "debs"
+    root = dest / "root"
+    debs.mkdir(parents=True, exist_ok=True)
+    have = {p.name.split("_")[0]: p for p in debs.glob("*.deb")}
+    todo = [p for p in packages if p not in have]
+    if todo:
+        info(f"downloading {' '.join(todo)}")
+        run_cmd(["apt-get", "download", *todo], cwd=debs, what="apt-get download")
+    have = {p.name.split("_")[0]: p for p in debs.glob("*.deb")}
+    missing = [p for p in packages if p not in have]
+    if missing:
+        raise RigError(f"apt-get download left no .deb for {' '.join(missing)}")
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir()
+    for p in packages:
+        run_cmd(["dpkg-deb", "-x", str(have[p]), str(root)], what=f"dpkg-deb -x {have[p].name}")
+    k = Kernel("", rel, root, packages)
+    # The arch headers' Makefile includes the -common one by absolute path.
+    mk = k.kdir / "Makefile"
+    text = mk.read_text()
+    fixed = re.sub(r"(?m)^include /usr/src/", f"include {root}/usr/src/", text)
+    if fixed == text:
+        raise RigError(f"{mk}: no 'include /usr/src/...' line to point into the cache")
+    mk.write_text(fixed)
+    # lib/modules/<rel>/build and source are absolute links into /usr/src.
+    for name in ("build", "source"):
+        link = k.moddir / name
+        if link.is_symlink():
+            target = os.readlink(link)
+            if target.startswith("/"):
+                link.unlink()
+                link.symlink_to(os.path.relpath(root / target.lstrip("/"), k.moddir))
+    if not k.vmlinuz.is_file():
+        raise RigError(f"{k.vmlinuz} missing after unpacking")
+    # The packages ship no modules.dep (the postinst runs depmod).
+    run_cmd(["depmod", "-b", str(root), rel], what=f"depmod -b {root} {rel}")
+    check_headers(k)
+
+
+def fetch(series: str) -> Kernel:
+    need_tools("apt-cache", "apt-get", "dpkg-deb", "depmod", "make", "gcc-12")
+    rel = newest_release(series)
+    base = cache_dir()
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RigError(f"cannot create the kernel cache {base}: {e} (set PHX_VM_CACHE)") from e
+    dest = base / rel
+    stamp = dest / "complete.json"
+    with open(base / ".lock", "w") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        if stamp.is_file():
+            data = json.loads(stamp.read_text())
+            k = Kernel(series, rel, dest / "root", data["packages"])
+            if data.get("root") == str(k.root) and k.vmlinuz.is_file():
+                return k
+        packages = kernel_packages(rel)
+        t0 = time.monotonic()
+        unpack_kernel(rel, dest, packages)
+        k = Kernel(series, rel, dest / "root", packages)
+        stamp.write_text(json.dumps({"release": rel, "packages": packages,
+                                     "root": str(k.root)}, indent=1) + "\n")
+        info(f"kernel {rel} cached in {dest} ({time.monotonic() - t0:.0f}s)")
+        return k
+
+
+# ---------------------------------------------------------------------------
+# ELF checks, modules, initramfs
+
+
+def elf_kind(path: Path) -> str | None:
+    """'static', 'dynamic', 'rel' (object/module) for 64-bit ELF; None otherwise."""
+    with open(path, "rb") as f:
+        hdr = f.read(64)
+        if len(hdr) < 64 or hdr[:4] != b"\x7fELF":
+            return None
+        if hdr[4] != 2 or hdr[5] != 1:
+            return "foreign"
+        e_type = struct.unpack_from("<H", hdr, 16)[0]
+        if e_type == 1:
+            return "rel"
+        phoff = struct.unpack_from("<Q", hdr, 32)[0]
+        phentsize, phnum = struct.unpack_from("<HH", hdr, 54)
+        f.seek(phoff)
+        ph = f.read(phentsize * phnum)
+        for i in range(phnum):
+            if struct.unpack_from("<I", ph, i * phentsize)[0] == 3:  # PT_INTERP
+                return "dynamic"
+        return "static"
+
+
+def module_load_order(k: Kernel, wanted: list[str]) -> list[Path]:
+    dep_file = k.moddir / "modules.dep"
+    deps: dict[str, list[str]] = {}
+    by_name: dict[str, str] = {}
+    for line in dep_file.read_text().splitlines():
+        if ":" not in line:
+            continue
+        mod, rest = line.split(":", 1)
+        deps[mod] = rest.split()
+        name = re.sub(r"\.ko(\.xz|\.gz|\.zst)?$", "", Path(mod).name).replace("-", "_")
+        by_name[name] = mod
+    order: list[str] = []
+    seen: set[str] = set()
+
+    def visit(mod: str, chain: tuple[str, ...]) -> None:
+        if mod in seen:
+            return
+        if mod in chain:
+            raise RigError(f"module dependency cycle: {' -> '.join(chain + (mod,))}")
+        for d in deps.get(mod, []):
+            visit(d, chain + (mod,))
+        seen.add(mod)
+        order.append(mod)
+
+    builtin = (k.moddir / "modules.builtin").read_text()
+    for name in wanted:
+        key = name.replace("-", "_")
+        if key not in by_name:
+            if re.search(rf"/{re.escape(name)}\.ko$", builtin, re.M) or \
+               re.search(rf"/{re.escape(name.replace('_', '-'))}\.ko$", builtin, re.M):
+                continue  # built in
+            raise RigError(f"module {name} is neither in {dep_file} nor built into {k.release}")
+        visit(by_name[key], ())
+    return [k.moddir / m for m in order]
+
+
+def module_bytes(path: Path) -> bytes:
+    data = path.read_bytes()
+    if path.suffix == ".xz":
+        return lzma.decompress(data)
+    if path.suffix == ".gz":
+        return gzip.decompress(data)
+    if path.suffix == ".ko":
+        return data
+    raise RigError(f"cannot decompress module {path}")
+
+
+class Cpio:
+    """Writer of a newc ("070701") archive, as the kernel's initramfs unpacker reads it."""
+
+    def __init__(self) -> None:
+        self.buf = io.BytesIO()
+        self.ino = 1
+        self.names: set[str] = set()
+
+    def _entry(self, name: str, mode: int, data: bytes = b"", rdev=(0, 0), nlink=1) -> None:
+        name = name.lstrip("/")
+        if name in self.names:
+            raise RigError(f"initramfs: duplicate entry {name}")
+        self.names.add(name)
+        nb = name.encode() + b"\0"
+        fields = [self.ino, mode, 0, 0, nlink, 0, len(data), 0, 0, rdev[0], rdev[1], len(nb), 0]
+        self.ino += 1
+        hdr = b"070701" + b"".join(b"%08X" % v for v in fields)
+        self.buf.write(hdr + nb)
+        self.buf.write(b"\0" * (-(len(hdr) + len(nb)) % 4))
+        self.buf.write(data)
+        self.buf.write(b"\0" * (-len(data) % 4))
+
+    def dir(self, name: str, perm=0o755) -> None:
+        parts = name.strip("/").split("/")
+        for i in range(1, len(parts) + 1):
+            p = "/".join(parts[:i])
+            if p not in self.names:
+                self._entry(p, stat.S_IFDIR | perm, nlink=2)
+
+    def _parent(self, name: str) -> None:
+        parent = os.path.dirname(name.strip("/"))
+        if parent:
+            self.dir(parent)
+
+    def file(self, name: str, data: bytes, perm=0o644) -> None:
+        self._parent(name)
+        self._entry(name, stat.S_IFREG | perm, data)
+
+    def symlink(self, name: str, target: str) -> None:
+        self._parent(name)
+        self._entry(name, stat.S_IFLNK | 0o777, target.encode())
+
+    def chardev(self, name: str, major: int, minor: int, perm=0o600) -> None:
+        self._parent(name)
+        self._entry(name, stat.S_IFCHR | perm, rdev=(major, minor))
+
+    def tree(self, src: Path, dest: str) -> None:
+        """Copies a host directory (files, dirs, symlinks) under dest."""
+        self.dir(dest)
+        for dirpath, dirnames, filenames in os.walk(src):
+            dirnames.sort()
+            rel = os.path.relpath(dirpath, src)
+            base = dest if rel == "." else f"{dest}/{rel}"
+            for d in dirnames:
+                p = Path(dirpath, d)
+                if p.is_symlink():
+                    self.symlink(f"{base}/{d}", os.readlink(p))
+                else:
+                    self.dir(f"{base}/{d}", stat.S_IMODE(p.stat().st_mode))
+            for fn in sorted(filenames):
+                p = Path(dirpath, fn)
+                if p.is_symlink():
+                    self.symlink(f"{base}/{fn}", os.readlink(p))
+                elif p.is_file():
+                    self.file(f"{base}/{fn}", p.read_bytes(), stat.S_IMODE(p.stat().st_mode))
+                else:
+                    raise RigError(f"{p}: not a regular file, directory or symlink")
+
+    def finish(self) -> bytes:
+        self._entry("TRAILER!!!", 0)
+        return self.buf.getvalue()
+
+
+def busybox_path() -> Path:
+    for p in ("/bin/busybox", "/usr/bin/busybox"):
+        if Path(p).is_file() and elf_kind(Path(p)) == "static":
+            return Path(p)
+    raise RigError("no statically linked busybox (install busybox-static: run scripts/setup)")
+
+
+def check_guest_dir(guest: Path, entry: str) -> None:
+    if not (guest / entry).is_file():
+        raise RigError(f"guest folder {guest} has no {entry}")
+    dynamic = []
+    for dirpath, _, filenames in os.walk(guest):
+        for fn in filenames:
+            p = Path(dirpath, fn)
+            if p.is_file() and not p.is_symlink() and elf_kind(p) == "dynamic":
+                dynamic.append(str(p.relative_to(guest)))
+    if dynamic:
+        raise RigError("guest programs must be linked statically (the initramfs has no libc): "
+                       + ", ".join(sorted(dynamic)))
+
+
+def build_initramfs(k: Kernel, guest: Path | None, out: Path, config: dict[str, str]) -> None:
+    bb = busybox_path()
+    c = Cpio()
+    for d in ("bin", "sbin", "usr/bin", "usr/sbin", "dev", "proc", "sys", "tmp",
+              "mnt/ext4", "etc/phx", "root", "lib/modules"):
+        c.dir(d)
+    c.chardev("dev/console", 5, 1)
+    c.chardev("dev/null", 1, 3, 0o666)
+    c.file("bin/busybox", bb.read_bytes(), 0o755)
+    applets = run_cmd([str(bb), "--list-full"], what="busybox --list-full").split()
+    for a in sorted(set(applets)):
+        if a != "bin/busybox":
+            c.symlink(a, "/bin/busybox")
+    c.file("init", (VM_DIR / "init").read_bytes(), 0o755)
+    mods = []
+    for m in module_load_order(k, GUEST_MODULES + os.environ.get("PHX_VM_MODULES", "").split()):
+        name = re.sub(r"\.(xz|gz)$", "", m.name)
+        dest = f"lib/modules/{k.release}/{name}"
+        c.file(dest, module_bytes(m))
+        mods.append("/" + dest)
+    c.file("etc/phx/modules", ("\n".join(mods) + "\n").encode())
+    c.file("etc/phx/config", "".join(f"{key}={shlex.quote(v)}\n"
+                                     for key, v in config.items()).encode())
+    if guest is not None:
+        c.tree(guest, "phx")
+    else:
+        c.dir("phx")
+    out.write_bytes(c.finish())
+
+
+# ---------------------------------------------------------------------------
+# Disk images
+
+
+def raw_pattern_block(i: int) -> bytes:
+    """MiB number i of the raw disk: SHAKE128(b'phx-raw' || le64(i)), 1 MiB."""
+    return hashlib.shake_128(b"phx-raw" + i.to_bytes(8, "little")).digest(1 << 20)
+
+
+def make_raw_image(path: Path, mib: int) -> None:
+    with open(path, "wb") as f:
+        for i in range(mib):
+            f.write(raw_pattern_block(i))
+
+
+def make_ext4_image(path: Path, mib: int) -> None:
+    need_tools("mkfs.ext4", "debugfs")
+    with tempfile.TemporaryDirectory(prefix="phx-ext4-") as d:
+        os.mkdir(Path(d, "phx"))
+        os.chmod(Path(d, "phx"), 0o1777)
+        with open(path, "wb") as f:
+            f.truncate(mib << 20)
+        # lazy_*_init=0: no ext4lazyinit writes in the guest while tests run.
+        run_cmd(["mkfs.ext4", "-F", "-q", "-L", "phxext4", "-d", d,
+                 "-E", "lazy_itable_init=0,lazy_journal_init=0,root_owner=0:0",
+                 str(path)], what="mkfs.ext4")
+
+
+# ---------------------------------------------------------------------------
+# QEMU
+
+
+def kvm_usable(k: Kernel, work: Path) -> tuple[bool, str]:
+    """Boots a tiny initramfs under KVM; True if it reaches userspace quickly."""
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return False, "/dev/kvm not accessible"
+    key = "|".join([Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+                    run_cmd(["qemu-system-x86_64", "--version"]).splitlines()[0], k.release])
+    cache = WORK_ROOT / "kvm-probe.json"
+    with contextlib.suppress(OSError, ValueError):
+        data = json.loads(cache.read_text())
+        if data.get("key") == key:
+            return data["ok"], data["why"]
+    probe = work / "kvm-probe"
+    probe.mkdir(parents=True, exist_ok=True)
+    c = Cpio()
+    c.dir("dev")
+    c.dir("proc")
+    c.chardev("dev/console", 5, 1)
+    c.file("bin/busybox", busybox_path().read_bytes(), 0o755)
+    c.symlink("bin/sh", "busybox")
+    c.file("init", b"#!/bin/sh\n/bin/busybox echo PHX-KVM-OK\n/bin/busybox poweroff -f\n", 0o755)
+    (probe / "initramfs.cpio").write_bytes(c.finish())
+    log = probe / "console.log"
+    cmd = ["qemu-system-x86_64", "-machine", "q35", "-accel", "kvm", "-cpu", "host",
+           "-m", "256", "-smp", "1", "-nodefaults", "-nographic", "-no-reboot",
+           "-monitor", "none", "-serial", f"file:{log}",
+           "-kernel", str(k.vmlinuz), "-initrd", str(probe / "initramfs.cpio"),
+           "-append", "console=ttyS0 panic=-1 loglevel=4"]
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=20)
+        out = proc.stdout
+    except subprocess.TimeoutExpired:
+        out = "timeout"
+    ok = log.is_file() and "PHX-KVM-OK" in log.read_text(errors="replace")
+    why = (f"probe booted in {time.monotonic() - t0:.1f}s" if ok else
+           f"probe kernel did not reach userspace within 20s ({out.strip()[:200] or 'no output'})")
+    WORK_ROOT.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps({"key": key, "ok": ok, "why": why}) + "\n")
+    return ok, why
+
+
+@dataclass
+class Boot:
+    accel: str
+    wall_s: float = 0.0
+    init_s: float | None = None       # guest uptime when /init was ready
+    timed_out: bool = False
+    qemu_rc: int | None = None
+    qemu_out: str = ""
+
+
+def qemu_command(k: Kernel, work: Path, accel: str, initrd: Path, shm: list[Path],
+                 interactive: bool) -> list[str]:
+    cmd = ["qemu-system-x86_64", "-machine", "q35", "-accel", accel,
+           "-m", "2048", "-smp", "2", "-nodefaults", "-nographic", "-no-reboot"]
+    if accel == "kvm":
+        cmd += ["-cpu", "host"]
+    if interactive:
+        cmd += ["-serial", "mon:stdio"]
+    else:
+        cmd += ["-monitor", "none", "-serial", f"file:{work / 'console.log'}"]
+    cmd += ["-chardev", f"file,id=report,path={work / 'report.log'}",
+            "-device", "isa-serial,chardev=report",
+            "-kernel", str(k.vmlinuz), "-initrd", str(initrd),
+            "-append", " ".join(KERNEL_CMDLINE)]
+    for i, (img, serial) in enumerate(((work / "raw.img", RAW_SERIAL),
+                                       (work / "ext4.img", EXT4_SERIAL))):
+        cmd += ["-drive", f"file={img},if=none,id=nvm{i},format=raw",
+                "-device", f"nvme,drive=nvm{i},serial={serial},bus=pcie.0,addr={NVME_SLOTS[i]:#x}"]
+    for i, p in enumerate(shm):
+        cmd += ["-object", f"memory-backend-file,id=shm{i},share=on,mem-path={p},size={SHM_MIB}M",
+                "-device", f"ivshmem-plain,memdev=shm{i},bus=pcie.0,addr={SHM_SLOTS[i]:#x}"]
+    return cmd
+
+
+def boot(cmd: list[str], work: Path, accel: str, timeout: float) -> Boot:
+    b = Boot(accel)
+    t0 = time.monotonic()
+    with open(work / "qemu.log", "w") as qlog:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=qlog,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            b.qemu_rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            b.timed_out = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+    b.wall_s = time.monotonic() - t0
+    b.qemu_out = (work / "qemu.log").read_text(errors="replace")
+    return b
+
+
+# ---------------------------------------------------------------------------
+# Verdict
+
+
+@dataclass
+class Verdict:
+    results: list[dict] = field(default_factory=list)     # guest PHX-RESULTs
+    evidence: list[dict] = field(default_factory=list)    # host checks of PHX-EVIDENCE
+    problems: list[str] = field(default_factory=list)     # everything else that fails
+    dmesg_bad: list[str] = field(default_factory=list)
+    init_lines: list[str] = field(default_factory=list)
+    exit_code: int | None = None
+    dmesg_lines: int = 0
+
+
+def strip_level(line: str) -> str:
+    return re.sub(r"^<\d+>", "", line)
+
+
+def scan_kernel_log(lines: list[str]) -> list[str]:
+    bad = []
+    for line in lines:
+        text = strip_level(line)
+        if any(p.search(text) for p in DMESG_BAD) and not any(p.search(text) for p in DMESG_BENIGN):
+            bad.append(text)
+    return bad
+
+
+class EvidenceChecker:
+    def __init__(self, work: Path, shm: list[Path]) -> None:
+        self.work = work
+        self.shm = shm
+        self.extracted: dict[str, Path | str] = {}
+
+    def _ext4_file(self, path: str) -> Path:
+        if path in self.extracted:
+            got = self.extracted[path]
+            if isinstance(got, str):
+                raise RigError(got)
+            return got
+        if not re.fullmatch(r"[A-Za-z0-9._/-]+", path) or ".." in path.split("/"):
+            raise RigError(f"unsupported path {path!r}")
+        dest = self.work / "extract" / path.strip("/").replace("/", "__")
+        dest.parent.mkdir(exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            dest.unlink()
+        out = run_cmd(["debugfs", "-R", f"dump -p /{path.strip('/')} {dest}",
+                       str(self.work / "ext4.img")], what="debugfs dump")
+        if not dest.is_file():
+            msg = f"debugfs could not extract /{path.strip('/')}: {out.strip()}"
+            self.extracted[path] = msg
+            raise RigError(msg)
+        self.extracted[path] = dest
+        return dest
+
+    @staticmethod
+    def _read(path: Path, off: int, n: int) -> bytes:
+        with open(path, "rb") as f:
+            f.seek(off)
+            return f.read(n)
+
+    def check(self, ev: dict) -> tuple[bool, str]:
+        try:
+            kind = ev["kind"]
+            idx, soff, n = int(ev["shm"]), int(ev["shm_off"]), int(ev["len"])
+            if not 0 <= idx < len(self.shm):
+                return False, f"no ivshmem #{idx}"
+            if n <= 0 or soff < 0 or soff + n > SHM_MIB << 20:
+                return False, f"shm range [{soff},{soff + n}) outside the {SHM_MIB} MiB BAR"
+            if kind == "shm_eq_disk":
+                src, off, what = self.work / "raw.img", int(ev["disk_off"]), "raw disk"
+            elif kind == "shm_eq_file":
+                src = self._ext4_file(str(ev["path"]))
+                off, what = int(ev["file_off"]), f"ext4:/{str(ev['path']).strip('/')}"
+            else:
+                return False, f"unknown evidence kind {kind!r}"
+            if off < 0 or off + n > src.stat().st_size:
+                return False, f"range [{off},{off + n}) outside {what} ({src.stat().st_size} bytes)"
+            a = self._read(self.shm[idx], soff, n)
+            b = self._read(src, off, n)
+            if a == b:
+                return True, f"{n} bytes of shm{idx}@{soff} == {what}@{off}"
+            first = next(i for i in range(n) if a[i] != b[i])
+            ndiff = sum(1 for x, y in zip(a, b) if x != y)
+            return False, (f"shm{idx}@{soff} != {what}@{off}: {ndiff} of {n} bytes differ, "
+                           f"first at +{first} (shm {a[first:first+8].hex()} vs {b[first:first+8].hex()})")
+        except (KeyError, ValueError, TypeError) as e:
+            return False, f"malformed evidence: {e!r}"
+        except RigError as e:
+            return False, str(e)
+
+
+def judge(work: Path, shm: list[Path], only: str | None) -> Verdict:
+    v = Verdict()
+    report = work / "report.log"
+    text = report.read_text(errors="replace") if report.is_file() else ""
+    lines = [ln.rstrip("\r") for ln in text.split("\n")]
+    checker = EvidenceChecker(work, shm)
+    in_dmesg = False
+    dmesg: list[str] = []
+    saw_end = False
+    for ln in lines:
+        if in_dmesg:
+            if ln == "PHX-DMESG-END":
+                in_dmesg, saw_end = False, True
+            else:
+                dmesg.append(ln)
+            continue
+        if not ln.strip():
+            continue
+        tag, _, rest = ln.partition(" ")
+        if tag == "PHX-DMESG-BEGIN":
+            in_dmesg = True
+        elif tag == "PHX-RESULT":
+            try:
+                r = json.loads(rest)
+                if not isinstance(r, dict) or r.get("status") not in ("pass", "fail", "skip") \
+                        or not isinstance(r.get("test"), str):
+                    raise ValueError("needs test and status pass|fail|skip")
+                v.results.append(r)
+            except ValueError as e:
+                v.problems.append(f"malformed PHX-RESULT ({e}): {ln[:300]}")
+        elif tag == "PHX-EVIDENCE":
+            try:
+                ev = json.loads(rest)
+                if not isinstance(ev, dict):
+                    raise ValueError("not an object")
+            except ValueError as e:
+                v.problems.append(f"malformed PHX-EVIDENCE ({e}): {ln[:300]}")
+                continue
+            ok, detail = checker.check(ev)
+            v.evidence.append({"test": f"host:evidence:{ev.get('test', len(v.evidence))}",
+                               "status": "pass" if ok else "fail", "detail": detail, "claim": ev})
+        elif tag == "PHX-EXIT":
+            try:
+                v.exit_code = int(rest)
+            except ValueError:
+                v.problems.append(f"malformed PHX-EXIT: {ln}")
+        elif tag in ("PHX-INIT",):
+            v.init_lines.append(rest)
+        elif tag == "PHX-INIT-ERROR":
+            v.problems.append(f"guest init: {rest}")
+        elif tag.startswith("PHX-"):
+            v.problems.append(f"unknown protocol line: {ln[:300]}")
+        # Other lines on the report port are free text; they stay in report.log.
+    v.dmesg_lines = len(dmesg)
+    if v.exit_code is None:
+        v.problems.append("no PHX-EXIT: the guest did not finish (timeout, panic or hang)")
+    elif v.exit_code != 0:
+        v.problems.append(f"guest entry exited with {v.exit_code}")
+    if dmesg and not saw_end:
+        v.problems.append("dmesg dump truncated (no PHX-DMESG-END)")
+    if not dmesg:
+        # No dump (panic, timeout): judge what reached the console instead.
+        console = work / "console.log"
+        clines = console.read_text(errors="replace").splitlines() if console.is_file() else []
+        v.dmesg_bad = scan_kernel_log(clines)
+    else:
+        v.dmesg_bad = scan_kernel_log(dmesg)
+    if v.dmesg_bad:
+        v.problems.append(f"kernel log has {len(v.dmesg_bad)} bad line(s)")
+    if not v.results:
+        v.problems.append("no PHX-RESULT lines")
+    if not v.evidence and not only:
+        v.problems.append("no PHX-EVIDENCE lines (nothing shows that NVMe DMA reached device memory)")
+    if any(r["status"] == "fail" for r in v.results):
+        v.problems.append("guest tests failed")
+    if any(e["status"] == "fail" for e in v.evidence):
+        v.problems.append("evidence mismatch")
+    return v
+
+
+def e2fsck(work: Path) -> dict:
+    proc = subprocess.run(["e2fsck", "-fn", str(work / "ext4.img")], stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ok = proc.returncode == 0
+    detail = "clean" if ok else f"exit {proc.returncode}: " + " | ".join(proc.stdout.splitlines()[-6:])
+    return {"test": "host:e2fsck", "status": "pass" if ok else "fail", "detail": detail}
+
+
+# ---------------------------------------------------------------------------
+# Run one kernel
+
+
+def prepare_guest(k: Kernel, work: Path, args) -> Path:
+    if args.guest:
+        guest = Path(args.guest).resolve()
+        if not guest.is_dir():
+            raise RigError(f"--guest {guest}: not a folder")
+        return guest
+    if args.selftest:
+        return VM_DIR / "selftest"
+    script = REPO / "tests/vm/build-guest"
+    if not script.is_file():
+        raise RigError(f"{script.relative_to(REPO)} does not exist yet "
+                       "(use --selftest for the rig's own guest, or --guest DIR)")
+    out = work / "guest"
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    t0 = time.monotonic()
+    info(f"[{k.release}] tests/vm/build-guest {k.kdir} {out.relative_to(REPO)}")
+    log = work / "build-guest.log"
+    with open(log, "w") as f:
+        proc = subprocess.run([str(script), str(k.kdir), str(out)], cwd=REPO,
+                              stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+        raise RigError(f"tests/vm/build-guest failed for {k.release} (exit {proc.returncode}), "
+                       f"log {log}:\n{tail}")
+    info(f"[{k.release}] guest built in {time.monotonic() - t0:.1f}s")
+    return out
+
+
+def choose_accel(args, k: Kernel, work: Path) -> tuple[str, str]:
+    want = args.accel or os.environ.get("PHX_VM_ACCEL") or "auto"
+    if want in ("tcg", "kvm"):
+        return want, "requested"
+    if want != "auto":
+        raise RigError(f"accel {want!r}: use tcg, kvm or auto")
+    ok, why = kvm_usable(k, work)
+    return ("kvm" if ok else "tcg"), f"auto: kvm {'works' if ok else 'unusable'} ({why})"
+
+
+def run_kernel(k: Kernel, args) -> dict:
+    work = WORK_ROOT / k.release
+    work.mkdir(parents=True, exist_ok=True)
+    for name in ("console.log", "report.log", "qemu.log", "raw.img", "ext4.img"):
+        with contextlib.suppress(FileNotFoundError):
+            (work / name).unlink()
+    shutil.rmtree(work / "extract", ignore_errors=True)
+    accel, why = choose_accel(args, k, work)
+    guest = prepare_guest(k, work, args)
+    entry = "shell" if args.shell else args.entry
+    if not args.shell:
+        check_guest_dir(guest, entry)
+    t0 = time.monotonic()
+    initrd = work / "initramfs.cpio"
+    build_initramfs(k, guest, initrd, {
+        "PHX_ENTRY": args.entry, "PHX_ONLY": args.only or "", "PHX_WAIT_S": "60",
+        "PHX_RAW_SERIAL": RAW_SERIAL, "PHX_EXT4_SERIAL": EXT4_SERIAL,
+        "PHX_NSHM": str(NSHM), "PHX_MODE": "shell" if args.shell else "run"})
+    make_raw_image(work / "raw.img", RAW_MIB)
+    make_ext4_image(work / "ext4.img", EXT4_MIB)
+    tag = f"{os.getpid()}-{re.sub(r'[^A-Za-z0-9.]', '_', k.release)}"
+    shm = [Path(f"/dev/shm/phx-{tag}-shm{i}") for i in range(NSHM)]
+    prep_s = time.monotonic() - t0
+    timeout = float(os.environ.get("PHX_VM_TIMEOUT") or (600 if accel == "tcg" else 300))
+    cmd = qemu_command(k, work, accel, initrd, shm, args.shell)
+    (work / "qemu-cmd.sh").write_text(shlex.join(cmd) + "\n")
+    info(f"[{k.release}] booting ({accel}, {why}; prep {prep_s:.1f}s, timeout {timeout:.0f}s)")
+    try:
+        if args.shell:
+            subprocess.run(cmd)
+            return {"kernel": k.release, "pass": True, "shell": True}
+        b = boot(cmd, work, accel, timeout)
+        v = judge(work, shm, args.only)
+        host_results = list(v.evidence)
+        if (work / "ext4.img").is_file() and v.exit_code is not None:
+            host_results.append(e2fsck(work))
+    finally:
+        if not args.keep:
+            for p in shm:
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
+    if b.timed_out:
+        v.problems.insert(0, f"QEMU killed after the {timeout:.0f}s timeout")
+    elif b.qemu_rc not in (0, None):
+        v.problems.append(f"QEMU exited with {b.qemu_rc}: {b.qemu_out.strip()[-500:]}")
+    if any(r["status"] == "fail" for r in host_results) and "evidence mismatch" not in v.problems:
+        v.problems.append("host-side checks failed")
+    for ln in v.init_lines:
+        m = re.search(r"uptime=([\d.]+)", ln)
+        if m:
+            b.init_s = float(m.group(1))
+    all_results = v.results + host_results
+    counts = {s: sum(1 for r in all_results if r["status"] == s) for s in ("pass", "fail", "skip")}
+    guest_counts = {s: sum(1 for r in v.results if r["status"] == s) for s in ("pass", "fail", "skip")}
+    ok = not v.problems
+    summary = {
+        "kernel": k.release, "series": k.series, "accel": accel,
+        "boot_s": round(b.wall_s, 1), "guest_init_s": b.init_s, "prep_s": round(prep_s, 1),
+        "results": guest_counts, "host_checks": {s: sum(1 for r in host_results if r["status"] == s)
+                                                 for s in ("pass", "fail")},
+        "evidence": {"lines": len(v.evidence),
+                     "verified": sum(1 for e in v.evidence if e["status"] == "pass")},
+        "dmesg": {"lines": v.dmesg_lines, "bad": len(v.dmesg_bad),
+                  "verdict": "clean" if not v.dmesg_bad else "bad"},
+        "exit": v.exit_code, "timed_out": b.timed_out, "pass": ok,
+        "problems": v.problems,
+    }
+    report = {**summary, "results_detail": all_results, "dmesg_bad_lines": v.dmesg_bad,
+              "qemu_cmd": cmd, "work": str(work), "entry": args.entry, "only": args.only}
+    (WORK_ROOT / f"report-{k.release}.json").write_text(json.dumps(report, indent=1) + "\n")
+
+    # Human summary.
+    print(f"\n=== {k.release} ({accel}): {'PASS' if ok else 'FAIL'}  "
+          f"boot+run {b.wall_s:.1f}s, guest ready at {b.init_s}s uptime")
+    print(f"    guest results: {guest_counts['pass']} pass, {guest_counts['fail']} fail, "
+          f"{guest_counts['skip']} skip; evidence {summary['evidence']['verified']}/"
+          f"{len(v.evidence)} verified; dmesg {summary['dmesg']['verdict']}")
+    for r in all_results:
+        if r["status"] == "fail" or args.verbose:
+            print(f"    {r['status'].upper():4} {r['test']}: {r.get('detail', '')}")
+    for p in v.problems:
+        print(f"    problem: {p}")
+    if v.dmesg_bad:
+        print("    offending kernel log lines:")
+        for ln in v.dmesg_bad[:60]:
+            print(f"      {ln}")
+    if v.exit_code is None:
+        console = work / "console.log"
+        tail = console.read_text(errors="replace").splitlines()[-60:] if console.is_file() else []
+        print(f"    console tail ({console}):")
+        for ln in tail:
+            print(f"      {ln}")
+    if not args.keep:
+        for name in ("raw.img", "ext4.img"):
+            with contextlib.suppress(FileNotFoundError):
+                (work / name).unlink()
+    print(json.dumps(summary, separators=(",", ":")), flush=True)
+    return summary
+
+
+# ---------------------------------------------------------------------------
+# CLI
+
+
+def series_list(arg: str) -> list[str]:
+    if arg == "all":
+        return list(SERIES)
+    if arg not in SERIES:
+        raise RigError(f"--kernel {arg}: use {', '.join(SERIES)} or all")
+    return [arg]
+
+
+def cmd_fetch(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="vm/fetch-kernels",
+                                 description="Download, unpack and check the rig's kernels.")
+    ap.add_argument("--kernel", default="all", help="6.1, 6.12 or all (default)")
+    ap.add_argument("--print-kdir", action="store_true",
+                    help="print only the headers folder (KDIR) of each kernel")
+    args = ap.parse_args(argv)
+    for s in series_list(args.kernel):
+        k = fetch(s)
+        if args.print_kdir:
+            print(k.kdir)
+        else:
+            print(f"{s}: {k.release}  KDIR={k.kdir}  vmlinuz={k.vmlinuz}")
+    return 0
+
+
+def cmd_run(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="vm/run", description=(
+        "Boot Debian's stock kernels in QEMU with emulated NVMe and ivshmem "
+        "device memory, run the guest suite and judge its report."))
+    ap.add_argument("--kernel", default="all", help="6.1, 6.12 or all (default)")
+    ap.add_argument("--accel", choices=("tcg", "kvm", "auto"),
+                    help="default: $PHX_VM_ACCEL, else auto (kvm if a probe boot works)")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the disk images and /dev/shm files after the run")
+    ap.add_argument("--only", metavar="GLOB",
+                    help="passed to the guest as PHX_ONLY (tests to run); "
+                         "zero evidence lines are then not a failure")
+    ap.add_argument("--entry", default="guest.sh",
+                    help="script under /phx/ that /init runs (default guest.sh; demo.sh for scripts/demo)")
+    ap.add_argument("--guest", metavar="DIR", help="use a prebuilt guest folder instead of tests/vm/build-guest")
+    ap.add_argument("--selftest", action="store_true",
+                    help="use the rig's own guest (vm/selftest) to check the rig itself")
+    ap.add_argument("--shell", action="store_true",
+                    help="boot interactively (console on the terminal), no verdict")
+    ap.add_argument("-v", "--verbose", action="store_true", help="list every result")
+    args = ap.parse_args(argv)
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", args.entry):
+        raise RigError(f"--entry {args.entry!r}: a file name under /phx/")
+    if args.only and not re.fullmatch(r"[A-Za-z0-9._*?\[\]/:,-]+", args.only):
+        raise RigError(f"--only {args.only!r}: letters, digits and ._*?[]/:,- only")
+    need_tools("qemu-system-x86_64", "mkfs.ext4", "debugfs", "e2fsck")
+    WORK_ROOT.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    kernels = [fetch(s) for s in series_list(args.kernel)]
+    info(f"kernels ready in {time.monotonic() - t0:.1f}s: {', '.join(k.release for k in kernels)}")
+    summaries = []
+    for k in kernels:
+        summaries.append(run_kernel(k, args))
+    failed = [s["kernel"] for s in summaries if not s["pass"]]
+    print(f"\nvm: {len(summaries) - len(failed)}/{len(summaries)} kernels passed"
+          + (f"; failed: {', '.join(failed)}" if failed else "")
+          + f" ({time.monotonic() - t0:.0f}s)")
+    return 1 if failed else 0
+
+
+def main() -> int:
+    if len(sys.argv) < 2 or sys.argv[1] not in ("fetch", "run"):
+        print("usage: rig.py fetch|run [options]  (use vm/fetch-kernels or vm/run)", file=sys.stderr)
+        return 2
+    try:
+        return (cmd_fetch if sys.argv[1] == "fetch" else cmd_run)(sys.argv[2:])
+    except RigError as e:
+        print(f"vm: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("vm: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
