@@ -51,6 +51,12 @@
 /* Bits of phxfs_info.flags. */
 #define PHXFS_INFO_P2PDMA (1U << 0)      /* pages come from pci_p2pdma_add_resource */
 #define PHXFS_INFO_PERSISTENT (1U << 1)  /* provider pins with the persistent API */
+/*
+ * The provider's driver is not loaded (NVIDIA: nvidia_p2p_* unresolved), so
+ * PHXFS_IOC_REGISTER fails with ENODEV until it is; no reload of phxfs is
+ * needed once it appears.
+ */
+#define PHXFS_INFO_PROVIDER_MISSING (1U << 2)
 
 /**
  * struct phxfs_info - PHXFS_IOC_GET_INFO argument.
@@ -125,6 +131,28 @@ struct phxfs_register {
  *
  * Revokes any remaining user mapping of the registration, waits for DMA in
  * flight on its pages to finish, then unpins.
+ */
+
+/*
+ * Errors (ioctl returns -1 and sets errno):
+ *  EPROTO     abi_version differs from PHXFS_ABI_VERSION;
+ *  EINVAL     argsz too small, a reserved/pad/flags field is non-zero, or a
+ *             range is empty or not a multiple of phxfs_info.page_size;
+ *  EOVERFLOW  device_addr + length wraps;
+ *  ERANGE     the range lies (partly) outside the device memory;
+ *  EBUSY      another live registration holds some of the same pages;
+ *  ENOENT     DEREGISTER of a handle this open file does not hold;
+ *  ENODEV     the provider's driver is not loaded (PHXFS_INFO_PROVIDER_MISSING);
+ *  EOPNOTSUPP, EIO, ENOMEM  from the provider (e.g. NVIDIA refuses memory
+ *             that is not cudaMalloc'd device memory: EINVAL);
+ *  ENOTTY     unknown ioctl number.
+ * mmap(fd, length, PROT_READ|PROT_WRITE, MAP_SHARED, mmap_offset):
+ *  EINVAL     unknown offset, length differs from the registration, or
+ *             MAP_PRIVATE; EPERM  PROT_EXEC; EBUSY  already mapped;
+ *  ENXIO      the provider revoked the registration.
+ * After a revocation (DEREGISTER from another thread, cudaFree) the range
+ * stays reserved but unbacked: touching it raises SIGBUS and I/O on it fails
+ * with EFAULT.
  */
 struct phxfs_deregister {
 	__u32 abi_version;

@@ -1,0 +1,140 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * phxfs.h - internal interfaces of phxfs.ko.
+ *
+ * Objects and their lifetimes:
+ *  - struct phxfs_dev: one per served device, created at module load and
+ *    destroyed at unload; immutable after creation except for counters.
+ *  - struct phxfs_file: one per open() of /dev/phxfs_devN; owns a table of
+ *    registrations that release() tears down.
+ *  - struct phxfs_reg: one registration (pinned device range).  Referenced by
+ *    its file's table and by the VMA that maps it (kref); its pin is dropped
+ *    exactly once, by DEREGISTER/release or by the provider's revocation.
+ */
+#ifndef PHXFS_H
+#define PHXFS_H
+
+#include <linux/atomic.h>
+#include <linux/cdev.h>
+#include <linux/completion.h>
+#include <linux/kref.h>
+#include <linux/memremap.h>
+#include <linux/mutex.h>
+#include <linux/pci.h>
+#include <linux/xarray.h>
+
+#include "uapi/phxfs_ioctl.h"
+
+struct phxfs_dev;
+struct phxfs_reg;
+
+/**
+ * struct phxfs_provider - how one kind of device memory is pinned.
+ * @name:      shown in logs and module parameters.
+ * @id:        PHXFS_PROVIDER_* reported by GET_INFO.
+ * @page_size: registration granularity in bytes.
+ * @info_flags: PHXFS_INFO_* bits describing the provider's current state.
+ * @pin:       pins [reg->device_addr, +reg->length) and fills reg->pages;
+ *             returns 0 or -errno.  Called without locks held; may sleep.
+ * @unpin:     drops the pin taken by @pin.  Called once, after every user
+ *             mapping is gone and the pages are idle, unless the provider
+ *             revoked the registration itself.
+ */
+struct phxfs_provider {
+	const char *name;
+	u32 id;
+	u32 (*page_size)(const struct phxfs_dev *dev);
+	u32 (*info_flags)(const struct phxfs_dev *dev);
+	int (*pin)(struct phxfs_reg *reg);
+	void (*unpin)(struct phxfs_reg *reg);
+};
+
+extern const struct phxfs_provider phxfs_pcibar_provider;
+extern const struct phxfs_provider phxfs_nvidia_provider;
+
+struct phxfs_counters {
+	atomic64_t regs_live;
+	atomic64_t regs_total;
+	atomic64_t pages_mapped;
+	atomic64_t revocations;
+	atomic64_t errors;
+};
+
+struct phxfs_dev {
+	unsigned int index;
+	struct pci_dev *pdev;
+	int bar;
+	bool region_requested;
+	phys_addr_t bar_start;
+	resource_size_t bar_size;
+	const struct phxfs_provider *provider;
+	struct dev_pagemap pgmap;
+	bool pages_created;
+	bool p2pdma;
+	struct device *node;
+	/* Serialises claiming device pages for registrations (claim_lock). */
+	struct mutex claim_lock;
+	/* Next free mmap page offset; offsets are never reused. */
+	atomic64_t next_pgoff;
+	struct phxfs_counters stats;
+};
+
+struct phxfs_file {
+	struct phxfs_dev *dev;
+	struct address_space *mapping;
+	/* Protects regs. */
+	struct mutex lock;
+	/* Registrations keyed by handle (= first mmap page offset). */
+	struct xarray regs;
+};
+
+enum phxfs_reg_state {
+	PHXFS_REG_PINNED,   /* live; pages pinned by the provider */
+	PHXFS_REG_RELEASING, /* DEREGISTER/release owns the teardown */
+	PHXFS_REG_REVOKING, /* the provider revoked it (e.g. cudaFree) */
+	PHXFS_REG_GONE,     /* pin dropped; only the struct remains */
+};
+
+struct phxfs_reg {
+	struct kref ref;
+	struct phxfs_dev *dev;
+	struct address_space *mapping;
+	u64 handle;
+	u64 device_addr;
+	u64 length;
+	unsigned long npages;
+	struct page **pages;
+	/* Provider data, e.g. the NVIDIA page table and which API pinned it. */
+	void *pin;
+	unsigned long pin_flags;
+	atomic_t state;
+	/* Orders mmap's page insertion against revocation's zap. */
+	struct mutex map_lock;
+	/* Pages currently inserted in a VMA (0 when unmapped or revoked). */
+	atomic_long_t mapped_pages;
+	atomic_t map_count;
+	/* Completed when a provider revocation has finished its teardown. */
+	struct completion revoked;
+};
+
+/* phxfs_bar.c */
+int phxfs_bar_create_pages(struct phxfs_dev *dev);
+void phxfs_bar_destroy_pages(struct phxfs_dev *dev);
+struct page *phxfs_bar_page(const struct phxfs_dev *dev, phys_addr_t phys);
+
+/* phxfs_reg.c */
+int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
+		     struct phxfs_reg **out);
+void phxfs_reg_teardown(struct phxfs_reg *reg);
+bool phxfs_reg_revoke_begin(struct phxfs_reg *reg);
+void phxfs_reg_revoke_end(struct phxfs_reg *reg);
+void phxfs_reg_put(struct phxfs_reg *reg);
+int phxfs_reg_mmap(struct phxfs_reg *reg, struct vm_area_struct *vma);
+
+/* phxfs_file.c */
+extern const struct file_operations phxfs_fops;
+
+/* phxfs_main.c */
+struct phxfs_dev *phxfs_dev_get(unsigned int index);
+
+#endif /* PHXFS_H */

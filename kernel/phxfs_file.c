@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * phxfs_file.c - /dev/phxfs_devN: open, ioctl, mmap, release.
+ *
+ * Lock order: mmap_lock (held by the mmap path) -> phxfs_file.lock ->
+ * phxfs_reg.map_lock.  Teardown never takes mmap_lock: it zaps through the
+ * file's address_space.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/compat.h>
+#include <linux/fs.h>
+#include <linux/mm.h>
+#include <linux/module.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+
+#include "phxfs.h"
+
+static int phxfs_open(struct inode *inode, struct file *file)
+{
+	struct phxfs_dev *dev = phxfs_dev_get(iminor(inode));
+	struct phxfs_file *pf;
+
+	if (!dev)
+		return -ENXIO;
+	pf = kzalloc(sizeof(*pf), GFP_KERNEL);
+	if (!pf)
+		return -ENOMEM;
+	pf->dev = dev;
+	pf->mapping = file->f_mapping;
+	mutex_init(&pf->lock);
+	xa_init(&pf->regs);
+	file->private_data = pf;
+	return 0;
+}
+
+static int phxfs_release(struct inode *inode, struct file *file)
+{
+	struct phxfs_file *pf = file->private_data;
+	struct phxfs_reg *reg;
+	unsigned long index;
+
+	/*
+	 * Every VMA of this file holds a file reference, so no mapping is
+	 * left; DMA started from one may still be in flight, which teardown
+	 * waits for.
+	 */
+	xa_for_each(&pf->regs, index, reg) {
+		xa_erase(&pf->regs, index);
+		phxfs_reg_teardown(reg);
+	}
+	xa_destroy(&pf->regs);
+	kfree(pf);
+	return 0;
+}
+
+/*
+ * Copies a versioned argument in; every struct starts with abi_version and
+ * argsz.  The ioctl number already encodes our struct size, so argsz only
+ * has to be at least that.
+ */
+static int phxfs_copy_args(void *karg, const void __user *uarg, size_t size)
+{
+	const struct {
+		__u32 abi_version;
+		__u32 argsz;
+	} *hdr = karg;
+
+	if (copy_from_user(karg, uarg, size))
+		return -EFAULT;
+	if (hdr->abi_version != PHXFS_ABI_VERSION)
+		return -EPROTO;
+	if (hdr->argsz < size)
+		return -EINVAL;
+	return 0;
+}
+
+static bool phxfs_all_zero(const __u64 *words, size_t count)
+{
+	size_t i;
+
+	for (i = 0; i < count; i++)
+		if (words[i])
+			return false;
+	return true;
+}
+
+static long phxfs_ioctl_info(struct phxfs_file *pf, void __user *uarg)
+{
+	struct phxfs_dev *dev = pf->dev;
+	struct phxfs_info info;
+	int ret;
+
+	ret = phxfs_copy_args(&info, uarg, sizeof(info));
+	if (ret)
+		return ret;
+	memset(&info, 0, sizeof(info));
+	info.abi_version = PHXFS_ABI_VERSION;
+	info.argsz = sizeof(info);
+	info.device_index = dev->index;
+	info.provider = dev->provider->id;
+	info.pci_domain = pci_domain_nr(dev->pdev->bus);
+	info.pci_bdf = PCI_DEVID(dev->pdev->bus->number, dev->pdev->devfn);
+	info.page_size = dev->provider->page_size(dev);
+	info.flags = dev->provider->info_flags(dev) |
+		     (dev->p2pdma ? PHXFS_INFO_P2PDMA : 0);
+	info.bar_size = dev->bar_size;
+	info.regs_live = atomic64_read(&dev->stats.regs_live);
+	info.regs_total = atomic64_read(&dev->stats.regs_total);
+	info.pages_mapped = atomic64_read(&dev->stats.pages_mapped);
+	info.revocations = atomic64_read(&dev->stats.revocations);
+	info.errors = atomic64_read(&dev->stats.errors);
+	if (copy_to_user(uarg, &info, sizeof(info)))
+		return -EFAULT;
+	return 0;
+}
+
+static long phxfs_ioctl_register(struct phxfs_file *pf, void __user *uarg)
+{
+	struct phxfs_register args;
+	struct phxfs_reg *reg;
+	int ret;
+
+	ret = phxfs_copy_args(&args, uarg, sizeof(args));
+	if (ret)
+		return ret;
+	if (args.flags || args.pad || args.handle || args.mmap_offset ||
+	    !phxfs_all_zero(args.reserved, ARRAY_SIZE(args.reserved)))
+		return -EINVAL;
+
+	ret = phxfs_reg_create(pf, args.device_addr, args.length, &reg);
+	if (ret)
+		return ret;
+
+	args.handle = reg->handle;
+	args.mmap_offset = reg->handle << PAGE_SHIFT;
+	if (copy_to_user(uarg, &args, sizeof(args))) {
+		/* The caller cannot learn the handle: undo. */
+		mutex_lock(&pf->lock);
+		xa_erase(&pf->regs, (unsigned long)reg->handle);
+		mutex_unlock(&pf->lock);
+		phxfs_reg_teardown(reg);
+		return -EFAULT;
+	}
+	return 0;
+}
+
+static long phxfs_ioctl_deregister(struct phxfs_file *pf, void __user *uarg)
+{
+	struct phxfs_deregister args;
+	struct phxfs_reg *reg;
+	int ret;
+
+	ret = phxfs_copy_args(&args, uarg, sizeof(args));
+	if (ret)
+		return ret;
+	if (!phxfs_all_zero(args.reserved, ARRAY_SIZE(args.reserved)))
+		return -EINVAL;
+	if (args.handle > ULONG_MAX)
+		return -ENOENT;
+
+	mutex_lock(&pf->lock);
+	reg = xa_erase(&pf->regs, (unsigned long)args.handle);
+	mutex_unlock(&pf->lock);
+	if (!reg)
+		return -ENOENT;
+	phxfs_reg_teardown(reg);
+	return 0;
+}
+
+static long phxfs_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	struct phxfs_file *pf = file->private_data;
+	void __user *uarg = (void __user *)arg;
+	long ret;
+
+	switch (cmd) {
+	case PHXFS_IOC_GET_INFO:
+		return phxfs_ioctl_info(pf, uarg);
+	case PHXFS_IOC_REGISTER:
+		ret = phxfs_ioctl_register(pf, uarg);
+		break;
+	case PHXFS_IOC_DEREGISTER:
+		ret = phxfs_ioctl_deregister(pf, uarg);
+		break;
+	default:
+		return -ENOTTY;
+	}
+	if (ret)
+		atomic64_inc(&pf->dev->stats.errors);
+	return ret;
+}
+
+static int phxfs_mmap(struct file *file, struct vm_area_struct *vma)
+{
+	struct phxfs_file *pf = file->private_data;
+	struct phxfs_reg *reg;
+	int ret;
+
+	mutex_lock(&pf->lock);
+	reg = xa_load(&pf->regs, vma->vm_pgoff);
+	ret = reg ? phxfs_reg_mmap(reg, vma) : -EINVAL;
+	mutex_unlock(&pf->lock);
+	return ret;
+}
+
+const struct file_operations phxfs_fops = {
+	.owner = THIS_MODULE,
+	.open = phxfs_open,
+	.release = phxfs_release,
+	.unlocked_ioctl = phxfs_ioctl,
+	.compat_ioctl = compat_ptr_ioctl,
+	.mmap = phxfs_mmap,
+	.llseek = noop_llseek,
+};

@@ -1,0 +1,272 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * phxfs_nvidia.c - provider for NVIDIA GPU memory via nvidia_p2p_*.
+ *
+ * The symbols are resolved with symbol_get() for each registration and
+ * released with it, so phxfs loads without the NVIDIA driver, picks it up
+ * whenever it is loaded later, and holds a reference on it exactly while
+ * GPU memory is pinned.  nvidia_p2p_* are GPL-only exports (Debian's 6.1.192
+ * refuses symbol_get() of other symbols from a GPL module anyway).
+ *
+ * The persistent API (nvidia_p2p_get_pages_persistent, exported by recent
+ * drivers) is preferred: the pages stay valid until we put them, so there is
+ * no asynchronous revocation.  The legacy API calls our free callback when
+ * CUDA frees the memory (cudaFree, process exit).  Its contract: stop DMA,
+ * then call only nvidia_p2p_free_page_table(), never put_pages.  If
+ * DEREGISTER has already started put_pages, the callback leaves the page
+ * table to it: the driver does not call the callback after put_pages.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/module.h>
+#include <linux/slab.h>
+#include <linux/string.h>
+
+#include "nv_p2p.h"
+#include "phxfs.h"
+
+static char *nv_api = "auto";
+module_param(nv_api, charp, 0444);
+MODULE_PARM_DESC(nv_api,
+		 "NVIDIA pinning API: auto (persistent when the driver has it), persistent, legacy");
+
+enum phxfs_nv_api { PHXFS_NV_AUTO, PHXFS_NV_PERSISTENT, PHXFS_NV_LEGACY };
+
+struct phxfs_nv_pin {
+	struct nvidia_p2p_page_table *table;
+	bool persistent;
+};
+
+static enum phxfs_nv_api phxfs_nv_api(void)
+{
+	if (!strcmp(nv_api, "persistent"))
+		return PHXFS_NV_PERSISTENT;
+	if (!strcmp(nv_api, "legacy"))
+		return PHXFS_NV_LEGACY;
+	return PHXFS_NV_AUTO;
+}
+
+static u32 phxfs_nv_page_size(const struct phxfs_dev *dev)
+{
+	return NVIDIA_P2P_GPU_PAGE_SIZE;
+}
+
+static bool phxfs_nv_have_persistent(void)
+{
+	void *get = symbol_get(nvidia_p2p_get_pages_persistent);
+
+	if (!get)
+		return false;
+	symbol_put(nvidia_p2p_get_pages_persistent);
+	return true;
+}
+
+static bool phxfs_nv_have_legacy(void)
+{
+	void *get = symbol_get(nvidia_p2p_get_pages);
+
+	if (!get)
+		return false;
+	symbol_put(nvidia_p2p_get_pages);
+	return true;
+}
+
+static u32 phxfs_nv_info_flags(const struct phxfs_dev *dev)
+{
+	enum phxfs_nv_api api = phxfs_nv_api();
+	bool persistent = api != PHXFS_NV_LEGACY && phxfs_nv_have_persistent();
+
+	if (persistent)
+		return PHXFS_INFO_PERSISTENT;
+	if (api == PHXFS_NV_PERSISTENT || !phxfs_nv_have_legacy())
+		return PHXFS_INFO_PROVIDER_MISSING;
+	return 0;
+}
+
+static void phxfs_nv_free_callback(void *data)
+{
+	struct phxfs_reg *reg = data;
+	struct phxfs_nv_pin *pin = reg->pin;
+	int (*free_table)(struct nvidia_p2p_page_table *table);
+
+	if (!phxfs_reg_revoke_begin(reg))
+		return;
+	free_table = symbol_get(nvidia_p2p_free_page_table);
+	if (free_table) {
+		free_table(pin->table);
+		symbol_put(nvidia_p2p_free_page_table);
+	}
+	reg->pin = NULL;
+	kfree(pin);
+	symbol_put(nvidia_p2p_put_pages);
+	symbol_put(nvidia_p2p_get_pages);
+	phxfs_reg_revoke_end(reg);
+}
+
+static int phxfs_nv_release(struct phxfs_reg *reg, struct phxfs_nv_pin *pin)
+{
+	int ret;
+
+	if (pin->persistent) {
+		int (*put)(u64 va, struct nvidia_p2p_page_table *table,
+			   u32 flags) =
+			symbol_get(nvidia_p2p_put_pages_persistent);
+
+		ret = put ? put(reg->device_addr, pin->table,
+				NVIDIA_P2P_FLAGS_DEFAULT) :
+			    -ENODEV;
+		if (put)
+			symbol_put(nvidia_p2p_put_pages_persistent);
+		symbol_put(nvidia_p2p_get_pages_persistent);
+	} else {
+		int (*put)(u64 token, u32 va_space, u64 va,
+			   struct nvidia_p2p_page_table *table) =
+			symbol_get(nvidia_p2p_put_pages);
+
+		ret = put ? put(0, 0, reg->device_addr, pin->table) : -ENODEV;
+		if (put)
+			symbol_put(nvidia_p2p_put_pages);
+		/* The references taken at pin time. */
+		symbol_put(nvidia_p2p_put_pages);
+		symbol_put(nvidia_p2p_get_pages);
+	}
+	return ret;
+}
+
+static int phxfs_nv_check_table(struct phxfs_reg *reg,
+				const struct nvidia_p2p_page_table *table)
+{
+	struct phxfs_dev *dev = reg->dev;
+	u64 entries = reg->length / NVIDIA_P2P_GPU_PAGE_SIZE;
+	unsigned int per_gpu_page = NVIDIA_P2P_GPU_PAGE_SIZE >> PAGE_SHIFT;
+	u32 e, j;
+
+	if (!table || !table->pages ||
+	    NVIDIA_P2P_MAJOR(table->version) !=
+		    NVIDIA_P2P_MAJOR(NVIDIA_P2P_PAGE_TABLE_VERSION)) {
+		pr_err("dev%u: unsupported NVIDIA page table version %#x\n",
+		       dev->index, table ? table->version : 0);
+		return -EPROTO;
+	}
+	if (table->page_size != NVIDIA_P2P_PAGE_SIZE_64KB ||
+	    table->entries != entries) {
+		pr_err("dev%u: NVIDIA page table has page size type %u and %u entries, expected 64 KiB x %llu\n",
+		       dev->index, table->page_size, table->entries, entries);
+		return -EIO;
+	}
+	for (e = 0; e < table->entries; e++) {
+		u64 phys;
+
+		if (!table->pages[e])
+			return -EIO;
+		phys = table->pages[e]->physical_address;
+		if (!IS_ALIGNED(phys, NVIDIA_P2P_GPU_PAGE_SIZE))
+			return -EIO;
+		for (j = 0; j < per_gpu_page; j++) {
+			struct page *page = phxfs_bar_page(
+				dev, phys + ((u64)j << PAGE_SHIFT));
+
+			if (!page) {
+				pr_err("dev%u: GPU page %u at %#llx lies outside BAR %d\n",
+				       dev->index, e, phys, dev->bar);
+				return -EIO;
+			}
+			reg->pages[(unsigned long)e * per_gpu_page + j] = page;
+		}
+	}
+	return 0;
+}
+
+static int phxfs_nv_pin(struct phxfs_reg *reg)
+{
+	enum phxfs_nv_api api = phxfs_nv_api();
+	struct phxfs_nv_pin *pin;
+	int ret = -ENODEV;
+
+	pin = kzalloc(sizeof(*pin), GFP_KERNEL);
+	if (!pin)
+		return -ENOMEM;
+	reg->pin = pin;
+
+	if (api != PHXFS_NV_LEGACY) {
+		int (*get)(u64 va, u64 len, struct nvidia_p2p_page_table **table,
+			   u32 flags) =
+			symbol_get(nvidia_p2p_get_pages_persistent);
+
+		if (get) {
+			ret = get(reg->device_addr, reg->length, &pin->table,
+				  NVIDIA_P2P_FLAGS_DEFAULT);
+			if (ret)
+				symbol_put(nvidia_p2p_get_pages_persistent);
+			else
+				pin->persistent = true;
+		}
+	}
+	/*
+	 * Fall back to the legacy API where the persistent one is missing or
+	 * refused (drivers refuse it on MIG and vGPU); a real error stays.
+	 */
+	if (!pin->persistent && api != PHXFS_NV_PERSISTENT &&
+	    (ret == -ENODEV || ret == -ENOTSUPP || ret == -EOPNOTSUPP)) {
+		int (*get)(u64 token, u32 va_space, u64 va, u64 len,
+			   struct nvidia_p2p_page_table **table,
+			   void (*cb)(void *data), void *data) =
+			symbol_get(nvidia_p2p_get_pages);
+
+		if (get) {
+			if (!symbol_get(nvidia_p2p_put_pages)) {
+				symbol_put(nvidia_p2p_get_pages);
+			} else {
+				ret = get(0, 0, reg->device_addr, reg->length,
+					  &pin->table, phxfs_nv_free_callback,
+					  reg);
+				if (ret) {
+					symbol_put(nvidia_p2p_put_pages);
+					symbol_put(nvidia_p2p_get_pages);
+				}
+			}
+		}
+	}
+	if (ret == -ENOTSUPP)
+		ret = -EOPNOTSUPP;
+	if (ret)
+		goto err_free;
+
+	ret = phxfs_nv_check_table(reg, pin->table);
+	if (ret) {
+		phxfs_nv_release(reg, pin);
+		goto err_free;
+	}
+	return 0;
+
+err_free:
+	reg->pin = NULL;
+	kfree(pin);
+	return ret;
+}
+
+static void phxfs_nv_unpin(struct phxfs_reg *reg)
+{
+	struct phxfs_nv_pin *pin = reg->pin;
+	int ret;
+
+	if (!pin)
+		return;
+	ret = phxfs_nv_release(reg, pin);
+	if (ret) {
+		atomic64_inc(&reg->dev->stats.errors);
+		pr_err("dev%u: releasing GPU range %#llx+%llu failed: %d\n",
+		       reg->dev->index, reg->device_addr, reg->length, ret);
+	}
+	reg->pin = NULL;
+	kfree(pin);
+}
+
+const struct phxfs_provider phxfs_nvidia_provider = {
+	.name = "nvidia",
+	.id = PHXFS_PROVIDER_NVIDIA,
+	.page_size = phxfs_nv_page_size,
+	.info_flags = phxfs_nv_info_flags,
+	.pin = phxfs_nv_pin,
+	.unpin = phxfs_nv_unpin,
+};

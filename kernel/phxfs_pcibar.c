@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * phxfs_pcibar.c - provider for device memory that is simply a PCI BAR
+ * (the rig's ivshmem device, FPGAs, an NVMe CMB).  A registration names a
+ * byte range of the BAR; nothing needs pinning because the memory cannot
+ * move or be freed while the module holds the BAR.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/mm.h>
+
+#include "phxfs.h"
+
+static u32 phxfs_pcibar_page_size(const struct phxfs_dev *dev)
+{
+	return PAGE_SIZE;
+}
+
+static u32 phxfs_pcibar_info_flags(const struct phxfs_dev *dev)
+{
+	return 0;
+}
+
+static int phxfs_pcibar_pin(struct phxfs_reg *reg)
+{
+	struct phxfs_dev *dev = reg->dev;
+	unsigned long i;
+
+	if (reg->device_addr >= dev->bar_size ||
+	    reg->length > dev->bar_size - reg->device_addr)
+		return -ERANGE;
+	for (i = 0; i < reg->npages; i++) {
+		reg->pages[i] = phxfs_bar_page(dev, dev->bar_start +
+						       reg->device_addr +
+						       ((u64)i << PAGE_SHIFT));
+		if (!reg->pages[i])
+			return -ERANGE;
+	}
+	return 0;
+}
+
+static void phxfs_pcibar_unpin(struct phxfs_reg *reg)
+{
+}
+
+const struct phxfs_provider phxfs_pcibar_provider = {
+	.name = "pcibar",
+	.id = PHXFS_PROVIDER_PCIBAR,
+	.page_size = phxfs_pcibar_page_size,
+	.info_flags = phxfs_pcibar_info_flags,
+	.pin = phxfs_pcibar_pin,
+	.unpin = phxfs_pcibar_unpin,
+};

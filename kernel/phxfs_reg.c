@@ -1,0 +1,374 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * phxfs_reg.c - life of one registration: pin, claim, map, revoke, unpin.
+ *
+ * Teardown is owned by whoever moves the state away from PINNED first:
+ * DEREGISTER/release (RELEASING, then the provider's unpin) or the provider
+ * itself (REVOKING, e.g. the NVIDIA free callback after cudaFree).  Either
+ * way the user mapping is zapped and every page's refcount must fall back to
+ * its idle value before the pin goes: a GUP reference still held means an
+ * O_DIRECT or io_uring transfer is still DMAing into the pages.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/delay.h>
+#include <linux/jiffies.h>
+#include <linux/mm.h>
+#include <linux/sched.h>
+#include <linux/slab.h>
+
+#include "phxfs.h"
+#include "phxfs_compat.h"
+
+/*
+ * Refcount of an unmapped, unpinned ZONE_DEVICE page on 6.1-6.14: the core
+ * initialises it to 1 and resets it to 1 in free_zone_device_page().
+ */
+#define PHXFS_IDLE_PAGE_REFS 1
+
+/* Pages inserted per vm_insert_pages() call, bounding the time between resched points. */
+#define PHXFS_INSERT_BATCH 512UL
+
+static void phxfs_reg_free(struct kref *ref)
+{
+	struct phxfs_reg *reg = container_of(ref, struct phxfs_reg, ref);
+
+	kvfree(reg->pages);
+	kfree(reg);
+}
+
+/**
+ * phxfs_reg_put() - drop a reference to a registration.
+ * @reg: registration.
+ */
+void phxfs_reg_put(struct phxfs_reg *reg)
+{
+	kref_put(&reg->ref, phxfs_reg_free);
+}
+
+/*
+ * Device pages belong to at most one registration at a time, so "idle" is
+ * exact: zone_device_data (unused by the core for these pgmap types) names
+ * the owner.
+ */
+static int phxfs_reg_claim(struct phxfs_reg *reg)
+{
+	struct phxfs_dev *dev = reg->dev;
+	unsigned long i;
+
+	mutex_lock(&dev->claim_lock);
+	for (i = 0; i < reg->npages; i++) {
+		if (reg->pages[i]->zone_device_data)
+			goto busy;
+		reg->pages[i]->zone_device_data = reg;
+	}
+	mutex_unlock(&dev->claim_lock);
+	return 0;
+busy:
+	while (i--)
+		reg->pages[i]->zone_device_data = NULL;
+	mutex_unlock(&dev->claim_lock);
+	return -EBUSY;
+}
+
+static void phxfs_reg_unclaim(struct phxfs_reg *reg)
+{
+	struct phxfs_dev *dev = reg->dev;
+	unsigned long i;
+
+	mutex_lock(&dev->claim_lock);
+	for (i = 0; i < reg->npages; i++)
+		if (reg->pages[i]->zone_device_data == reg)
+			reg->pages[i]->zone_device_data = NULL;
+	mutex_unlock(&dev->claim_lock);
+}
+
+static void phxfs_reg_wait_idle(struct phxfs_reg *reg)
+{
+	unsigned long start = jiffies;
+	bool told = false;
+	unsigned long i;
+
+	for (i = 0; i < reg->npages; i++) {
+		while (page_ref_count(reg->pages[i]) > PHXFS_IDLE_PAGE_REFS) {
+			if (!told && time_after(jiffies, start + 10 * HZ)) {
+				pr_info("dev%u: handle %llu: still waiting for I/O in flight on page %lu\n",
+					reg->dev->index, reg->handle, i);
+				told = true;
+			}
+			usleep_range(50, 200);
+		}
+		if (!(i & 1023))
+			cond_resched();
+	}
+}
+
+/*
+ * Zap every user PTE of the registration and wait for DMA to drain.  Taking
+ * map_lock after the state left PINNED means an mmap that raced with us has
+ * either finished inserting (and is zapped here) or will see the new state.
+ */
+static void phxfs_reg_revoke_mapping(struct phxfs_reg *reg)
+{
+	long mapped;
+
+	mutex_lock(&reg->map_lock);
+	mutex_unlock(&reg->map_lock);
+	unmap_mapping_range(reg->mapping, (loff_t)reg->handle << PAGE_SHIFT,
+			    (loff_t)reg->npages << PAGE_SHIFT, 1);
+	mapped = atomic_long_xchg(&reg->mapped_pages, 0);
+	atomic64_sub(mapped, &reg->dev->stats.pages_mapped);
+	phxfs_reg_wait_idle(reg);
+	phxfs_reg_unclaim(reg);
+}
+
+/**
+ * phxfs_reg_create() - pin a device range and add it to @pf's table.
+ * @pf:          open file.
+ * @device_addr: provider address (GPU VA, or BAR offset).
+ * @length:      bytes.
+ * @out:         the new registration (the table holds the reference).
+ *
+ * Return: 0; -EINVAL for a zero or misaligned range, -EOVERFLOW when it
+ * wraps, -ERANGE when it lies outside the device, -EBUSY when another
+ * registration holds some of its pages, -ENOSPC when mmap offsets ran out,
+ * -ENOMEM, or the provider's -errno.
+ */
+int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
+		     struct phxfs_reg **out)
+{
+	struct phxfs_dev *dev = pf->dev;
+	u32 granule = dev->provider->page_size(dev);
+	struct phxfs_reg *reg;
+	u64 pgoff;
+	int ret;
+
+	if (!length || !IS_ALIGNED(device_addr, granule) ||
+	    !IS_ALIGNED(length, granule))
+		return -EINVAL;
+	if (device_addr + length < device_addr)
+		return -EOVERFLOW;
+	if ((length >> PAGE_SHIFT) > (MAX_LFS_FILESIZE >> PAGE_SHIFT) / 2)
+		return -ERANGE;
+
+	reg = kzalloc(sizeof(*reg), GFP_KERNEL_ACCOUNT);
+	if (!reg)
+		return -ENOMEM;
+	kref_init(&reg->ref);
+	mutex_init(&reg->map_lock);
+	init_completion(&reg->revoked);
+	reg->dev = dev;
+	reg->mapping = pf->mapping;
+	reg->device_addr = device_addr;
+	reg->length = length;
+	reg->npages = length >> PAGE_SHIFT;
+	atomic_set(&reg->state, PHXFS_REG_GONE);
+	reg->pages = kvcalloc(reg->npages, sizeof(*reg->pages),
+			      GFP_KERNEL_ACCOUNT);
+	if (!reg->pages) {
+		ret = -ENOMEM;
+		goto err_free;
+	}
+
+	ret = dev->provider->pin(reg);
+	if (ret)
+		goto err_free;
+	ret = phxfs_reg_claim(reg);
+	if (ret)
+		goto err_unpin;
+
+	/* One guard page between registrations keeps every range distinct. */
+	pgoff = atomic64_fetch_add(reg->npages + 1, &dev->next_pgoff);
+	if (pgoff + reg->npages + 1 > (MAX_LFS_FILESIZE >> PAGE_SHIFT)) {
+		ret = -ENOSPC;
+		goto err_unclaim;
+	}
+	reg->handle = pgoff;
+	atomic_set(&reg->state, PHXFS_REG_PINNED);
+
+	mutex_lock(&pf->lock);
+	ret = xa_insert(&pf->regs, (unsigned long)pgoff, reg, GFP_KERNEL);
+	mutex_unlock(&pf->lock);
+	if (ret)
+		goto err_unclaim;
+
+	atomic64_inc(&dev->stats.regs_live);
+	atomic64_inc(&dev->stats.regs_total);
+	*out = reg;
+	return 0;
+
+err_unclaim:
+	atomic_set(&reg->state, PHXFS_REG_GONE);
+	phxfs_reg_unclaim(reg);
+err_unpin:
+	dev->provider->unpin(reg);
+err_free:
+	phxfs_reg_put(reg);
+	return ret;
+}
+
+/**
+ * phxfs_reg_teardown() - revoke, drain and unpin a registration removed
+ * from its table, then drop the table's reference.
+ * @reg: registration.
+ *
+ * Sleeps until DMA in flight on the pages has finished.
+ */
+void phxfs_reg_teardown(struct phxfs_reg *reg)
+{
+	struct phxfs_dev *dev = reg->dev;
+
+	if (atomic_cmpxchg(&reg->state, PHXFS_REG_PINNED,
+			   PHXFS_REG_RELEASING) == PHXFS_REG_PINNED) {
+		phxfs_reg_revoke_mapping(reg);
+		dev->provider->unpin(reg);
+		atomic_set(&reg->state, PHXFS_REG_GONE);
+		atomic64_dec(&dev->stats.regs_live);
+	} else {
+		/* The provider is revoking it (or has): let it finish first. */
+		wait_for_completion(&reg->revoked);
+	}
+	phxfs_reg_put(reg);
+}
+
+/**
+ * phxfs_reg_revoke_begin() - start a provider-initiated revocation.
+ * @reg: registration whose memory the provider is taking back.
+ *
+ * Zaps the user mapping and waits for DMA in flight.  The caller releases
+ * its own resources and then calls phxfs_reg_revoke_end().
+ *
+ * Return: false if DEREGISTER/release already owns the teardown; the caller
+ * must then leave the pin to it.
+ */
+bool phxfs_reg_revoke_begin(struct phxfs_reg *reg)
+{
+	if (atomic_cmpxchg(&reg->state, PHXFS_REG_PINNED,
+			   PHXFS_REG_REVOKING) != PHXFS_REG_PINNED)
+		return false;
+	phxfs_reg_revoke_mapping(reg);
+	return true;
+}
+
+/**
+ * phxfs_reg_revoke_end() - finish a revocation started by
+ * phxfs_reg_revoke_begin(); @reg may be freed as soon as this returns.
+ * @reg: registration.
+ */
+void phxfs_reg_revoke_end(struct phxfs_reg *reg)
+{
+	struct phxfs_dev *dev = reg->dev;
+
+	atomic_set(&reg->state, PHXFS_REG_GONE);
+	atomic64_inc(&dev->stats.revocations);
+	atomic64_dec(&dev->stats.regs_live);
+	pr_info("dev%u: handle %llu revoked by the %s provider\n", dev->index,
+		reg->handle, dev->provider->name);
+	complete_all(&reg->revoked);
+}
+
+static void phxfs_vm_open(struct vm_area_struct *vma)
+{
+	struct phxfs_reg *reg = vma->vm_private_data;
+
+	/* Only mremap() copies our VMAs (no fork, no split): count the copy. */
+	atomic_inc(&reg->map_count);
+	kref_get(&reg->ref);
+}
+
+static void phxfs_vm_close(struct vm_area_struct *vma)
+{
+	struct phxfs_reg *reg = vma->vm_private_data;
+
+	if (atomic_dec_and_test(&reg->map_count)) {
+		long mapped = atomic_long_xchg(&reg->mapped_pages, 0);
+
+		atomic64_sub(mapped, &reg->dev->stats.pages_mapped);
+	}
+	phxfs_reg_put(reg);
+}
+
+static int phxfs_vm_may_split(struct vm_area_struct *vma, unsigned long addr)
+{
+	/* A registration is mapped whole or not at all. */
+	return -EINVAL;
+}
+
+static const struct vm_operations_struct phxfs_vm_ops = {
+	.open = phxfs_vm_open,
+	.close = phxfs_vm_close,
+	.may_split = phxfs_vm_may_split,
+};
+
+/**
+ * phxfs_reg_mmap() - insert a registration's pages into @vma.
+ * @reg: registration, kept alive by the caller.
+ * @vma: the new VMA; mmap_lock is held for writing by the mmap path.
+ *
+ * Return: 0; -EINVAL when the VMA is not shared or its size differs from
+ * the registration; -EPERM for executable mappings; -EBUSY when the
+ * registration is already mapped; -ENXIO when it was revoked; or the
+ * -errno of vm_insert_pages() (the mmap path then unmaps what was inserted).
+ */
+int phxfs_reg_mmap(struct phxfs_reg *reg, struct vm_area_struct *vma)
+{
+	unsigned long size = vma->vm_end - vma->vm_start;
+	unsigned long done = 0;
+	int ret = 0;
+
+	if (size != reg->npages << PAGE_SHIFT || !(vma->vm_flags & VM_SHARED))
+		return -EINVAL;
+	if (vma->vm_flags & VM_EXEC)
+		return -EPERM;
+
+	mutex_lock(&reg->map_lock);
+	if (atomic_read(&reg->state) != PHXFS_REG_PINNED) {
+		ret = -ENXIO;
+		goto out;
+	}
+	if (atomic_cmpxchg(&reg->map_count, 0, 1) != 0) {
+		ret = -EBUSY;
+		goto out;
+	}
+
+	/*
+	 * VM_MIXEDMAP: struct-page backed PTEs that GUP (hence O_DIRECT) can
+	 * pin, unlike VM_PFNMAP/VM_IO.  DONTCOPY: a forked child must not
+	 * inherit device memory.  DONTEXPAND/may_split: the VMA always covers
+	 * exactly one registration.  DONTDUMP: core dumps must not read BARs.
+	 */
+	phxfs_vm_flags_set(vma, VM_MIXEDMAP | VM_DONTCOPY | VM_DONTEXPAND |
+					VM_DONTDUMP);
+	phxfs_vm_flags_clear(vma, VM_MAYEXEC);
+	vma->vm_page_prot = pgprot_writecombine(vma->vm_page_prot);
+	vma->vm_ops = &phxfs_vm_ops;
+	vma->vm_private_data = reg;
+
+	while (done < reg->npages) {
+		unsigned long batch = min(reg->npages - done, PHXFS_INSERT_BATCH);
+		unsigned long left = batch;
+
+		ret = vm_insert_pages(vma, vma->vm_start + (done << PAGE_SHIFT),
+				      reg->pages + done, &left);
+		if (ret)
+			break;
+		if (left) {
+			ret = -EFAULT;
+			break;
+		}
+		done += batch;
+		cond_resched();
+	}
+	if (ret) {
+		atomic_set(&reg->map_count, 0);
+		vma->vm_private_data = NULL;
+		vma->vm_ops = NULL;
+		goto out;
+	}
+	kref_get(&reg->ref);
+	atomic_long_set(&reg->mapped_pages, reg->npages);
+	atomic64_add(reg->npages, &reg->dev->stats.pages_mapped);
+out:
+	mutex_unlock(&reg->map_lock);
+	return ret;
+}

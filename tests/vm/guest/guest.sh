@@ -1,0 +1,137 @@
+#!/bin/sh
+# guest.sh - the guest suite, run by the rig's /init inside the VM.
+# Environment (from /init): PHX_RAW_DEV, PHX_EXT4_DIR, PHX_PCIBAR_BDFS (the
+# two ivshmem devices, PCI order), PHX_KERNEL, PHX_REPORT.  Loads the
+# modules each group needs, runs phx-vmtest, and reports every step in the
+# rig's protocol.  Exit status 0 only when everything passed.
+set -u
+here=/phx
+vmtest=$here/phx-vmtest
+report=${PHX_REPORT:-/dev/stdout}
+failed=0
+
+# shellcheck disable=SC2086
+set -- $PHX_PCIBAR_BDFS
+if [ $# -lt 2 ]; then
+	echo 'PHX-RESULT {"test":"guest/setup","status":"fail","detail":"two ivshmem devices expected"}' >>"$report"
+	exit 1
+fi
+bdf0=$1
+bdf1=$2
+
+result() {
+	# $1 test, $2 pass|fail|skip, $3 detail (no quotes or backslashes)
+	printf 'PHX-RESULT {"test":"%s","status":"%s","detail":"%s"}\n' "$1" "$2" "$3" >>"$report"
+	echo "$2 $1 $3"
+	[ "$2" = fail ] && failed=1
+	return 0
+}
+
+check() {
+	# check NAME DETAIL COMMAND...: pass when COMMAND succeeds
+	name=$1
+	detail=$2
+	shift 2
+	if out=$("$@" 2>&1); then
+		result "$name" pass "$detail"
+	else
+		result "$name" fail "$detail: $(echo "$out" | tr -d '"\\' | tail -c 200)"
+	fi
+}
+
+load_pcibar() {
+	insmod $here/phxfs.ko "pcibar=$bdf0@2,$bdf1@2" "$@"
+}
+
+# --- module lifecycle -------------------------------------------------------
+cycles=0
+while [ $cycles -lt 100 ]; do
+	load_pcibar || break
+	[ -c /dev/phxfs_dev0 ] && [ -c /dev/phxfs_dev1 ] || break
+	rmmod phxfs || break
+	cycles=$((cycles + 1))
+done
+if [ $cycles -eq 100 ]; then
+	result module/load_unload_100 pass "100 load/unload cycles, both nodes each time"
+else
+	result module/load_unload_100 fail "cycle $cycles failed"
+	rmmod phxfs 2>/dev/null
+fi
+
+load_pcibar dev_gid=42 dev_mode=0640
+mode=$(stat -c '%a %g' /dev/phxfs_dev0 2>/dev/null)
+if [ "$mode" = "640 42" ]; then
+	result module/node_mode_and_group pass "dev_mode=0640 dev_gid=42 gave $mode"
+else
+	result module/node_mode_and_group fail "got '$mode'"
+fi
+exec 3<>/dev/phxfs_dev0
+if rmmod phxfs 2>/dev/null; then
+	result module/rmmod_while_open fail "rmmod succeeded with /dev/phxfs_dev0 open"
+else
+	result module/rmmod_while_open pass "rmmod refused while a file is open"
+fi
+exec 3>&-
+check module/rmmod_after_close "rmmod once the file is closed" rmmod phxfs
+mode=$(load_pcibar && stat -c '%a' /dev/phxfs_dev0; rmmod phxfs)
+[ "$mode" = 660 ] && result module/node_default_mode pass "0660" || result module/node_default_mode fail "got '$mode'"
+
+if insmod $here/phxfs.ko "pcibar=0000:00:00.0" 2>/dev/null; then
+	rmmod phxfs
+	result module/bad_parameter fail "pcibar without @BAR accepted"
+else
+	result module/bad_parameter pass "pcibar without @BAR refused"
+fi
+
+# --- PCI BAR provider ---------------------------------------------------------
+if load_pcibar; then
+	$vmtest pcibar || failed=1
+	check module/rmmod_after_pcibar "unload after the pcibar group" rmmod phxfs
+else
+	result pcibar/load fail "insmod phxfs pcibar=$bdf0@2,$bdf1@2"
+fi
+
+# --- NVIDIA provider over the emulation --------------------------------------
+# phxfs first, NVIDIA driver later: must report and then pick it up.
+if insmod $here/phxfs.ko "nvidia=$bdf0@2" "pcibar=$bdf1@2"; then
+	$vmtest nvidia missing || failed=1
+	if insmod $here/nvemu.ko "bdf=$bdf0" offset=134217728; then
+		$vmtest nvidia appeared || failed=1
+	else
+		result nvidia/load_nvemu fail "insmod nvemu"
+	fi
+	check module/rmmod_nvidia_phxfs "unload phxfs (nvidia)" rmmod phxfs
+else
+	result nvidia/load fail "insmod phxfs nvidia=$bdf0@2"
+fi
+
+if [ -c /dev/nvemu ]; then
+	if insmod $here/phxfs.ko "nvidia=$bdf0@2" "pcibar=$bdf1@2"; then
+		$vmtest nvidia persistent || failed=1
+		rmmod phxfs || result module/rmmod_persistent fail "rmmod phxfs"
+	else
+		result nvidia/load_persistent fail "insmod"
+	fi
+	if insmod $here/phxfs.ko "nvidia=$bdf0@2" "pcibar=$bdf1@2" nv_api=legacy; then
+		$vmtest nvidia legacy || failed=1
+		rmmod phxfs || result module/rmmod_legacy fail "rmmod phxfs"
+	else
+		result nvidia/load_legacy fail "insmod nv_api=legacy"
+	fi
+	check module/rmmod_nvemu "unload the emulation (it reports leaked pins)" rmmod nvemu
+fi
+
+# --- libphoenix against the real module --------------------------------------
+if [ -x $here/phx-direct-test ]; then
+	if load_pcibar; then
+		if PHX_TEST_PCIBAR=1 $here/phx-direct-test >/tmp/direct.log 2>&1; then
+			result libphoenix/direct_engine pass "$(tail -n 1 /tmp/direct.log | tr -d '"\\')"
+		else
+			result libphoenix/direct_engine fail "$(grep -E 'FAILED|Failure' /tmp/direct.log | head -n 3 | tr -d '"\\' | tr '\n' ' ')"
+			cat /tmp/direct.log
+		fi
+		rmmod phxfs
+	fi
+fi
+
+exit $failed

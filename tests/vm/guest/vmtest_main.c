@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * phx-vmtest GROUP [MODE]: runs one group of the guest suite and reports in
+ * the rig's protocol on $PHX_REPORT.  guest.sh loads the modules each group
+ * needs.  Exit status: 0 when every test passed.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "vmtest.h"
+#include "vmtest_pcibar.h"
+
+int main(int argc, char **argv)
+{
+	vm_report_open();
+	if (argc >= 2 && !strcmp(argv[1], "pcibar"))
+		return vmtest_pcibar();
+	if (argc >= 3 && !strcmp(argv[1], "nvidia"))
+		return vmtest_nvidia(argv[2]);
+	fprintf(stderr, "usage: phx-vmtest pcibar | nvidia persistent|legacy|missing|appeared\n");
+	return 2;
+}

@@ -1,0 +1,6 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef VMTEST_PCIBAR_H
+#define VMTEST_PCIBAR_H
+int vmtest_pcibar(void);
+int vmtest_nvidia(const char *mode);
+#endif

@@ -1,0 +1,528 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * nvemu.c - test-only emulation of NVIDIA's nvidia_p2p_* kernel API over a
+ * PCI BAR (the rig's ivshmem device).  It exports the same GPL symbols with
+ * the documented structure layouts and version constants, 64 KiB GPU pages
+ * and fake GPU virtual addresses, so phxfs's NVIDIA provider runs unchanged
+ * in the guest.  /dev/nvemu plays CUDA: ALLOC (cudaMalloc) and FREE
+ * (cudaFree), which fires the free callback of legacy pins and defers the
+ * free while persistent pins remain, as the real driver does.  Closing
+ * /dev/nvemu frees the file's allocations (process exit).
+ *
+ * Fault injection for phxfs's checks: the "fault" parameter makes the next
+ * tables carry 1 = a wrong major version, 2 = 4 KiB page size, 3 = a page
+ * outside the BAR, 4 = fail get_pages with -ENOMEM.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/bitmap.h>
+#include <linux/fs.h>
+#include <linux/list.h>
+#include <linux/miscdevice.h>
+#include <linux/module.h>
+#include <linux/mutex.h>
+#include <linux/pci.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+
+#include "nv_p2p.h"
+#include "nvemu_uapi.h"
+
+static char *bdf = "";
+module_param(bdf, charp, 0444);
+MODULE_PARM_DESC(bdf, "PCI device whose BAR plays GPU memory: DDDD:BB:DD.F");
+static int bar = 2;
+module_param(bar, int, 0444);
+MODULE_PARM_DESC(bar, "BAR index (default 2, ivshmem's memory BAR)");
+static ulong offset;
+module_param(offset, ulong, 0444);
+MODULE_PARM_DESC(offset, "First BAR byte used (64 KiB aligned); lower bytes are left to others");
+static int fault;
+module_param(fault, int, 0644);
+MODULE_PARM_DESC(fault, "Fault injection: 0 none, 1 version, 2 page size, 3 outside BAR, 4 ENOMEM");
+static bool legacy_only;
+module_param(legacy_only, bool, 0444);
+MODULE_PARM_DESC(legacy_only, "Do not export the persistent API (an older driver)");
+
+struct nvemu_alloc_rec {
+	struct list_head node;
+	struct file *owner;
+	u64 va;
+	u64 length;
+	u64 bar_offset;
+	bool scatter;
+	bool freed; /* cudaFree'd while persistently pinned: deferred */
+	struct list_head pins;
+};
+
+struct nvemu_pin {
+	struct list_head node;
+	struct nvemu_alloc_rec *alloc;
+	struct nvidia_p2p_page_table *table;
+	u64 va;
+	bool persistent;
+	bool revoking;
+	void (*cb)(void *data);
+	void *data;
+};
+
+static DEFINE_MUTEX(nvemu_lock);
+static LIST_HEAD(nvemu_allocs);
+static unsigned long *nvemu_bitmap;
+static unsigned long nvemu_nbits;
+/*
+ * Next-fit: allocations move forward through the BAR and reuse freed space
+ * only after wrapping, so the bytes a finished test left in "GPU memory"
+ * stay there for the host's end-of-run comparison.
+ */
+static unsigned long nvemu_cursor;
+static phys_addr_t nvemu_bar_start;
+static struct pci_dev *nvemu_pdev;
+static struct nvemu_stats nvemu_stats;
+
+static struct nvemu_alloc_rec *nvemu_find_alloc(u64 va, u64 len)
+{
+	struct nvemu_alloc_rec *a;
+
+	list_for_each_entry(a, &nvemu_allocs, node)
+		if (!a->freed && va >= a->va && len <= a->length &&
+		    va - a->va <= a->length - len)
+			return a;
+	return NULL;
+}
+
+static void nvemu_free_table(struct nvidia_p2p_page_table *t)
+{
+	u32 i;
+
+	if (!t)
+		return;
+	for (i = 0; i < t->entries; i++)
+		kfree(t->pages[i]);
+	kfree(t->pages);
+	kfree(t);
+}
+
+static int nvemu_make_table(struct nvemu_alloc_rec *a, u64 va, u64 len,
+			    struct nvidia_p2p_page_table **out)
+{
+	struct nvidia_p2p_page_table *t;
+	u32 n = len / NVEMU_GPU_PAGE, i;
+
+	t = kzalloc(sizeof(*t), GFP_KERNEL);
+	if (!t)
+		return -ENOMEM;
+	t->version = fault == 1 ? 0x00020000 : NVIDIA_P2P_PAGE_TABLE_VERSION;
+	t->page_size = fault == 2 ? NVIDIA_P2P_PAGE_SIZE_4KB :
+				    NVIDIA_P2P_PAGE_SIZE_64KB;
+	t->pages = kcalloc(n, sizeof(*t->pages), GFP_KERNEL);
+	if (!t->pages) {
+		kfree(t);
+		return -ENOMEM;
+	}
+	t->entries = n;
+	for (i = 0; i < n; i++) {
+		u64 page = (va - a->va) / NVEMU_GPU_PAGE + i;
+		u64 npages = a->length / NVEMU_GPU_PAGE;
+
+		t->pages[i] = kzalloc(sizeof(*t->pages[i]), GFP_KERNEL);
+		if (!t->pages[i]) {
+			nvemu_free_table(t);
+			return -ENOMEM;
+		}
+		if (a->scatter && (page ^ 1) < npages)
+			page ^= 1;
+		t->pages[i]->physical_address =
+			nvemu_bar_start + a->bar_offset + page * NVEMU_GPU_PAGE;
+		if (fault == 3 && i == n - 1)
+			t->pages[i]->physical_address =
+				nvemu_bar_start + (u64)nvemu_nbits * NVEMU_GPU_PAGE;
+	}
+	*out = t;
+	return 0;
+}
+
+static int nvemu_pin(u64 va, u64 len, struct nvidia_p2p_page_table **table,
+		     bool persistent, void (*cb)(void *data), void *data)
+{
+	struct nvemu_alloc_rec *a;
+	struct nvemu_pin *pin;
+	int ret;
+
+	if (!table || !len || !IS_ALIGNED(va, NVEMU_GPU_PAGE) ||
+	    !IS_ALIGNED(len, NVEMU_GPU_PAGE))
+		return -EINVAL;
+	if (fault == 4)
+		return -ENOMEM;
+	pin = kzalloc(sizeof(*pin), GFP_KERNEL);
+	if (!pin)
+		return -ENOMEM;
+	mutex_lock(&nvemu_lock);
+	a = nvemu_find_alloc(va, len);
+	if (!a) {
+		ret = -EINVAL;
+		goto err;
+	}
+	ret = nvemu_make_table(a, va, len, &pin->table);
+	if (ret)
+		goto err;
+	pin->alloc = a;
+	pin->va = va;
+	pin->persistent = persistent;
+	pin->cb = cb;
+	pin->data = data;
+	list_add(&pin->node, &a->pins);
+	nvemu_stats.pins_live++;
+	if (persistent)
+		nvemu_stats.persistent_pins++;
+	else
+		nvemu_stats.legacy_pins++;
+	*table = pin->table;
+	mutex_unlock(&nvemu_lock);
+	return 0;
+err:
+	mutex_unlock(&nvemu_lock);
+	kfree(pin);
+	return ret;
+}
+
+static void nvemu_release_alloc_locked(struct nvemu_alloc_rec *a)
+{
+	bitmap_clear(nvemu_bitmap, a->bar_offset / NVEMU_GPU_PAGE,
+		     a->length / NVEMU_GPU_PAGE);
+	list_del(&a->node);
+	kfree(a);
+	nvemu_stats.allocs_live--;
+}
+
+static struct nvemu_pin *nvemu_find_pin(struct nvidia_p2p_page_table *t)
+{
+	struct nvemu_alloc_rec *a;
+	struct nvemu_pin *pin;
+
+	list_for_each_entry(a, &nvemu_allocs, node)
+		list_for_each_entry(pin, &a->pins, node)
+			if (pin->table == t)
+				return pin;
+	return NULL;
+}
+
+static int nvemu_unpin(struct nvidia_p2p_page_table *t, bool persistent)
+{
+	struct nvemu_alloc_rec *a;
+	struct nvemu_pin *pin;
+
+	mutex_lock(&nvemu_lock);
+	pin = nvemu_find_pin(t);
+	if (!pin || pin->revoking || pin->persistent != persistent) {
+		mutex_unlock(&nvemu_lock);
+		pr_err("put_pages%s of an unknown or revoked page table\n",
+		       persistent ? "_persistent" : "");
+		return -EINVAL;
+	}
+	a = pin->alloc;
+	list_del(&pin->node);
+	nvemu_stats.pins_live--;
+	if (a->freed && list_empty(&a->pins))
+		nvemu_release_alloc_locked(a);
+	mutex_unlock(&nvemu_lock);
+	nvemu_free_table(pin->table);
+	kfree(pin);
+	return 0;
+}
+
+int nvidia_p2p_get_pages(u64 p2p_token, u32 va_space, u64 virtual_address,
+			 u64 length, struct nvidia_p2p_page_table **page_table,
+			 void (*free_callback)(void *data), void *data)
+{
+	if (!free_callback)
+		return -EINVAL;
+	return nvemu_pin(virtual_address, length, page_table, false,
+			 free_callback, data);
+}
+EXPORT_SYMBOL_GPL(nvidia_p2p_get_pages);
+
+int nvidia_p2p_put_pages(u64 p2p_token, u32 va_space, u64 virtual_address,
+			 struct nvidia_p2p_page_table *page_table)
+{
+	return nvemu_unpin(page_table, false);
+}
+EXPORT_SYMBOL_GPL(nvidia_p2p_put_pages);
+
+int nvidia_p2p_free_page_table(struct nvidia_p2p_page_table *page_table)
+{
+	struct nvemu_pin *pin;
+
+	mutex_lock(&nvemu_lock);
+	pin = nvemu_find_pin(page_table);
+	if (!pin || !pin->revoking) {
+		mutex_unlock(&nvemu_lock);
+		pr_err("free_page_table outside a free callback\n");
+		return -EINVAL;
+	}
+	list_del(&pin->node);
+	nvemu_stats.pins_live--;
+	mutex_unlock(&nvemu_lock);
+	nvemu_free_table(pin->table);
+	kfree(pin);
+	return 0;
+}
+EXPORT_SYMBOL_GPL(nvidia_p2p_free_page_table);
+
+/*
+ * The persistent pair is looked up by phxfs with symbol_get(); with
+ * legacy_only they fail as if absent from an older driver's API.
+ */
+int nvidia_p2p_get_pages_persistent(u64 virtual_address, u64 length,
+				    struct nvidia_p2p_page_table **page_table,
+				    u32 flags)
+{
+	if (legacy_only)
+		return -ENOTSUPP;
+	if (flags)
+		return -EINVAL;
+	return nvemu_pin(virtual_address, length, page_table, true, NULL, NULL);
+}
+EXPORT_SYMBOL_GPL(nvidia_p2p_get_pages_persistent);
+
+int nvidia_p2p_put_pages_persistent(u64 virtual_address,
+				    struct nvidia_p2p_page_table *page_table,
+				    u32 flags)
+{
+	return nvemu_unpin(page_table, true);
+}
+EXPORT_SYMBOL_GPL(nvidia_p2p_put_pages_persistent);
+
+/* cudaFree: fire legacy callbacks, defer while persistent pins remain. */
+static int nvemu_free_alloc(struct nvemu_alloc_rec *a)
+{
+	struct nvemu_pin *pin;
+
+	for (;;) {
+		void (*cb)(void *data) = NULL;
+		void *data = NULL;
+
+		mutex_lock(&nvemu_lock);
+		list_for_each_entry(pin, &a->pins, node) {
+			if (!pin->persistent && !pin->revoking) {
+				pin->revoking = true;
+				cb = pin->cb;
+				data = pin->data;
+				nvemu_stats.callbacks++;
+				break;
+			}
+		}
+		mutex_unlock(&nvemu_lock);
+		if (!cb)
+			break;
+		/* The callback must call nvidia_p2p_free_page_table(). */
+		cb(data);
+	}
+
+	mutex_lock(&nvemu_lock);
+	list_for_each_entry(pin, &a->pins, node) {
+		if (pin->revoking) {
+			pr_err("free callback returned without freeing its page table\n");
+			break;
+		}
+	}
+	a->owner = NULL;
+	if (list_empty(&a->pins)) {
+		nvemu_release_alloc_locked(a);
+	} else {
+		a->freed = true;
+		nvemu_stats.deferred_frees++;
+	}
+	mutex_unlock(&nvemu_lock);
+	return 0;
+}
+
+static long nvemu_ioctl_alloc(struct file *file, void __user *uarg)
+{
+	struct nvemu_alloc args;
+	struct nvemu_alloc_rec *a;
+	unsigned long n, start;
+
+	if (copy_from_user(&args, uarg, sizeof(args)))
+		return -EFAULT;
+	if (!args.length || !IS_ALIGNED(args.length, NVEMU_GPU_PAGE) ||
+	    args.flags & ~NVEMU_ALLOC_SCATTER || args.pad)
+		return -EINVAL;
+	n = args.length / NVEMU_GPU_PAGE;
+	if (n > nvemu_nbits)
+		return -ENOMEM;
+	a = kzalloc(sizeof(*a), GFP_KERNEL);
+	if (!a)
+		return -ENOMEM;
+	mutex_lock(&nvemu_lock);
+	start = bitmap_find_next_zero_area(nvemu_bitmap, nvemu_nbits,
+					   nvemu_cursor, n, 0);
+	if (start >= nvemu_nbits)
+		start = bitmap_find_next_zero_area(nvemu_bitmap, nvemu_nbits, 0,
+						   n, 0);
+	if (start >= nvemu_nbits) {
+		mutex_unlock(&nvemu_lock);
+		kfree(a);
+		return -ENOMEM;
+	}
+	bitmap_set(nvemu_bitmap, start, n);
+	nvemu_cursor = start + n;
+	INIT_LIST_HEAD(&a->pins);
+	a->owner = file;
+	a->bar_offset = (u64)start * NVEMU_GPU_PAGE;
+	a->va = NVEMU_VA_BASE + a->bar_offset;
+	a->length = args.length;
+	a->scatter = args.flags & NVEMU_ALLOC_SCATTER;
+	list_add(&a->node, &nvemu_allocs);
+	nvemu_stats.allocs_live++;
+	mutex_unlock(&nvemu_lock);
+
+	args.va = a->va;
+	args.bar_offset = a->bar_offset;
+	if (copy_to_user(uarg, &args, sizeof(args))) {
+		nvemu_free_alloc(a);
+		return -EFAULT;
+	}
+	return 0;
+}
+
+static long nvemu_ioctl_free(struct file *file, void __user *uarg)
+{
+	struct nvemu_alloc_rec *a, *found = NULL;
+	struct nvemu_free args;
+
+	if (copy_from_user(&args, uarg, sizeof(args)))
+		return -EFAULT;
+	mutex_lock(&nvemu_lock);
+	list_for_each_entry(a, &nvemu_allocs, node)
+		if (a->owner == file && a->va == args.va && !a->freed)
+			found = a;
+	/* Claim it so that a concurrent FREE or close cannot free it twice. */
+	if (found)
+		found->owner = NULL;
+	mutex_unlock(&nvemu_lock);
+	if (!found)
+		return -EINVAL;
+	return nvemu_free_alloc(found);
+}
+
+static long nvemu_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	void __user *uarg = (void __user *)arg;
+	struct nvemu_stats stats;
+
+	switch (cmd) {
+	case NVEMU_IOC_ALLOC:
+		return nvemu_ioctl_alloc(file, uarg);
+	case NVEMU_IOC_FREE:
+		return nvemu_ioctl_free(file, uarg);
+	case NVEMU_IOC_STATS:
+		mutex_lock(&nvemu_lock);
+		stats = nvemu_stats;
+		mutex_unlock(&nvemu_lock);
+		return copy_to_user(uarg, &stats, sizeof(stats)) ? -EFAULT : 0;
+	default:
+		return -ENOTTY;
+	}
+}
+
+static int nvemu_release(struct inode *inode, struct file *file)
+{
+	struct nvemu_alloc_rec *a;
+
+	for (;;) {
+		struct nvemu_alloc_rec *found = NULL;
+
+		mutex_lock(&nvemu_lock);
+		list_for_each_entry(a, &nvemu_allocs, node) {
+			if (a->owner == file) {
+				found = a;
+				found->owner = NULL;
+				break;
+			}
+		}
+		mutex_unlock(&nvemu_lock);
+		if (!found)
+			break;
+		nvemu_free_alloc(found);
+	}
+	return 0;
+}
+
+static const struct file_operations nvemu_fops = {
+	.owner = THIS_MODULE,
+	.unlocked_ioctl = nvemu_ioctl,
+	.release = nvemu_release,
+};
+
+static struct miscdevice nvemu_misc = {
+	.minor = MISC_DYNAMIC_MINOR,
+	.name = "nvemu",
+	.fops = &nvemu_fops,
+	.mode = 0666,
+};
+
+static int __init nvemu_init(void)
+{
+	unsigned int domain, busnr, slot, func;
+	int ret;
+
+	if (sscanf(bdf, "%x:%x:%x.%x", &domain, &busnr, &slot, &func) != 4) {
+		pr_err("bdf=DDDD:BB:DD.F is required\n");
+		return -EINVAL;
+	}
+	nvemu_pdev = pci_get_domain_bus_and_slot(domain, busnr,
+						 PCI_DEVFN(slot, func));
+	if (!nvemu_pdev)
+		return -ENODEV;
+	if (bar < 0 || bar >= PCI_STD_NUM_BARS ||
+	    !(pci_resource_flags(nvemu_pdev, bar) & IORESOURCE_MEM)) {
+		ret = -EINVAL;
+		goto err_put;
+	}
+	nvemu_bar_start = pci_resource_start(nvemu_pdev, bar);
+	nvemu_nbits = pci_resource_len(nvemu_pdev, bar) / NVEMU_GPU_PAGE;
+	if (!IS_ALIGNED(offset, NVEMU_GPU_PAGE) ||
+	    offset / NVEMU_GPU_PAGE >= nvemu_nbits) {
+		ret = -EINVAL;
+		goto err_put;
+	}
+	nvemu_bitmap = bitmap_zalloc(nvemu_nbits, GFP_KERNEL);
+	if (!nvemu_bitmap) {
+		ret = -ENOMEM;
+		goto err_put;
+	}
+	/* Bytes below offset are never handed out. */
+	bitmap_set(nvemu_bitmap, 0, offset / NVEMU_GPU_PAGE);
+	ret = misc_register(&nvemu_misc);
+	if (ret)
+		goto err_bitmap;
+	pr_info("emulating %llu MiB of GPU memory on %s BAR %d\n",
+		(nvemu_nbits * NVEMU_GPU_PAGE - offset) >> 20, bdf, bar);
+	return 0;
+err_bitmap:
+	bitmap_free(nvemu_bitmap);
+err_put:
+	pci_dev_put(nvemu_pdev);
+	return ret;
+}
+
+static void __exit nvemu_exit(void)
+{
+	struct nvemu_alloc_rec *a, *tmp;
+
+	misc_deregister(&nvemu_misc);
+	/* phxfs holds symbol references while it pins, so no pin is left. */
+	if (nvemu_stats.pins_live)
+		pr_err("leak: %llu pins still live at unload\n",
+		       nvemu_stats.pins_live);
+	list_for_each_entry_safe(a, tmp, &nvemu_allocs, node)
+		nvemu_release_alloc_locked(a);
+	bitmap_free(nvemu_bitmap);
+	pci_dev_put(nvemu_pdev);
+}
+
+module_init(nvemu_init);
+module_exit(nvemu_exit);
+MODULE_LICENSE("GPL");
+MODULE_DESCRIPTION("Test-only emulation of the NVIDIA p2p API over a PCI BAR");
