@@ -56,6 +56,7 @@ RAW_MIB = 256
 EXT4_MIB = 512
 SHM_MIB = 256
 NSHM = 2
+KVM_PROBE_S = 15
 # Fixed PCI slots on pcie.0 so that BDFs (and their order) never change.
 NVME_SLOTS = (0x04, 0x05)
 SHM_SLOTS = (0x10, 0x11)
@@ -549,7 +550,7 @@ def kvm_usable(k: Kernel, work: Path) -> tuple[bool, str]:
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         return False, "/dev/kvm not accessible"
     key = "|".join([Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
-                    run_cmd(["qemu-system-x86_64", "--version"]).splitlines()[0], k.release])
+                    run_cmd(["qemu-system-x86_64", "--version"]).splitlines()[0]])
     cache = WORK_ROOT / "kvm-probe.json"
     with contextlib.suppress(OSError, ValueError):
         data = json.loads(cache.read_text())
@@ -574,13 +575,13 @@ def kvm_usable(k: Kernel, work: Path) -> tuple[bool, str]:
     t0 = time.monotonic()
     try:
         proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, timeout=20)
+                              stderr=subprocess.STDOUT, text=True, timeout=KVM_PROBE_S)
         out = proc.stdout
     except subprocess.TimeoutExpired:
         out = "timeout"
     ok = log.is_file() and "PHX-KVM-OK" in log.read_text(errors="replace")
     why = (f"probe booted in {time.monotonic() - t0:.1f}s" if ok else
-           f"probe kernel did not reach userspace within 20s ({out.strip()[:200] or 'no output'})")
+           f"probe kernel did not reach userspace within {KVM_PROBE_S}s ({out.strip()[:200] or 'no output'})")
     WORK_ROOT.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps({"key": key, "ok": ok, "why": why}) + "\n")
     return ok, why

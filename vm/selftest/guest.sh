@@ -38,15 +38,17 @@ copy_to_bar() { # disk_off len bar_addr
   [ "$i" = "$2" ]
 }
 
-# Disk bytes [4 MiB, 4 MiB + 2 KiB) -> shm0 at 64 KiB.
-check copy-disk-to-shm0 copy_to_bar 4194304 2048 $((a0 + 65536))
-echo "PHX-EVIDENCE {\"kind\":\"shm_eq_disk\",\"test\":\"selftest-disk\",\"shm\":0,\"shm_off\":65536,\"disk_off\":4194304,\"len\":2048}" >"$PHX_REPORT"
+# Disk bytes [4 MiB, 4 MiB + 1 KiB) -> shm0 at 64 KiB.
+check copy-disk-to-shm0 copy_to_bar 4194304 1024 $((a0 + 65536))
+echo "PHX-EVIDENCE {\"kind\":\"shm_eq_disk\",\"test\":\"selftest-disk\",\"shm\":0,\"shm_off\":65536,\"disk_off\":4194304,\"len\":1024}" >"$PHX_REPORT"
 
-# Disk bytes [8 MiB, 8 MiB + 1 KiB) -> shm1 at 0 and -> ext4 file at 4 KiB.
-check copy-disk-to-shm1 copy_to_bar 8388608 1024 "$a1"
+# Disk bytes [8 MiB, 8 MiB + 512)) -> shm1 at 0 and -> ext4 file at 4 KiB.
+check copy-disk-to-shm1 copy_to_bar 8388608 512 "$a1"
 dd if=/dev/zero of="$PHX_EXT4_DIR/phx/self.bin" bs=4096 count=1 2>/dev/null
-check copy-disk-to-file dd if="$PHX_RAW_DEV" of="$PHX_EXT4_DIR/phx/self.bin" bs=1024 skip=8192 seek=4 count=1 conv=notrunc
+check copy-disk-to-file dd if="$PHX_RAW_DEV" of="$PHX_EXT4_DIR/phx/self.bin" bs=512 skip=16384 seek=8 count=1 conv=notrunc
 check read-back-shm0 test "$(devmem $((a0 + 65536)) 64)" = "0x$(dd if="$PHX_RAW_DEV" bs=512 skip=8192 count=1 2>/dev/null | od -A n -v -t x8 | head -1 | cut -d' ' -f2 | tr a-f A-F)"
 sync
-echo "PHX-EVIDENCE {\"kind\":\"shm_eq_file\",\"test\":\"selftest-file\",\"shm\":1,\"shm_off\":0,\"path\":\"phx/self.bin\",\"file_off\":4096,\"len\":1024}" >"$PHX_REPORT"
+echo "PHX-EVIDENCE {\"kind\":\"shm_eq_file\",\"test\":\"selftest-file\",\"shm\":1,\"shm_off\":0,\"path\":\"phx/self.bin\",\"file_off\":4096,\"len\":512}" >"$PHX_REPORT"
+# Left running on purpose: /init must stop it before unmounting ext4.
+(cd "$PHX_EXT4_DIR" && sleep 1000) &
 exit 0
