@@ -730,7 +730,7 @@ class EvidenceChecker:
                            f"first at +{first} (shm {a[first:first+8].hex()} vs {b[first:first+8].hex()})")
         except (KeyError, ValueError, TypeError) as e:
             return False, f"malformed evidence: {e!r}"
-        except RigError as e:
+        except (RigError, OSError) as e:
             return False, str(e)
 
 
@@ -869,6 +869,17 @@ def choose_accel(args, k: Kernel, work: Path) -> tuple[str, str]:
 def run_kernel(k: Kernel, args) -> dict:
     work = WORK_ROOT / k.release
     work.mkdir(parents=True, exist_ok=True)
+    # One run per kernel at a time: the work folder holds its images.
+    with open(work / ".lock", "w") as lk:
+        try:
+            fcntl.flock(lk, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            info(f"[{k.release}] waiting for another vm/run using {work}")
+            fcntl.flock(lk, fcntl.LOCK_EX)
+        return run_kernel_locked(k, args, work)
+
+
+def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
     for name in ("console.log", "report.log", "qemu.log", "raw.img", "ext4.img"):
         with contextlib.suppress(FileNotFoundError):
             (work / name).unlink()
