@@ -1047,6 +1047,7 @@ def cmd_run(argv: list[str]) -> int:
                          "zero evidence lines are then not a failure")
     ap.add_argument("--entry", default="guest.sh",
                     help="script under /phx/ that /init runs (default guest.sh; demo.sh for scripts/demo)")
+    ap.add_argument("--demo", action="store_true", help="same as --entry demo.sh")
     ap.add_argument("--guest", metavar="DIR", help="use a prebuilt guest folder instead of tests/vm/build-guest")
     ap.add_argument("--selftest", action="store_true",
                     help="use the rig's own guest (vm/selftest) to check the rig itself")
@@ -1054,6 +1055,8 @@ def cmd_run(argv: list[str]) -> int:
                     help="boot interactively (console on the terminal), no verdict")
     ap.add_argument("-v", "--verbose", action="store_true", help="list every result")
     args = ap.parse_args(argv)
+    if args.demo:
+        args.entry = "demo.sh"
     if not re.fullmatch(r"[A-Za-z0-9._-]+", args.entry):
         raise RigError(f"--entry {args.entry!r}: a file name under /phx/")
     if args.only and not re.fullmatch(r"[A-Za-z0-9._*?\[\]/:,-]+", args.only):
