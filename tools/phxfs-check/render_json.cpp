@@ -28,6 +28,9 @@ Json flag_names(std::uint32_t flags) {
   if ((flags & PHXFS_INFO_PERSISTENT) != 0U) {
     names.push_back("persistent");
   }
+  if ((flags & PHXFS_INFO_PROVIDER_MISSING) != 0U) {
+    names.push_back("provider_missing");
+  }
   return names;
 }
 

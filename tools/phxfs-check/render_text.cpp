@@ -78,6 +78,11 @@ std::string flags_text(std::uint32_t flags) {
   if ((flags & PHXFS_INFO_PERSISTENT) != 0U) {
     text += " persistent";
   }
+  if ((flags & PHXFS_INFO_PROVIDER_MISSING) != 0U) {
+    text +=
+        " provider-missing (the NVIDIA driver is not loaded: registrations fail with ENODEV "
+        "until it is; phxfs picks it up without a reload)";
+  }
   return text;
 }
 
