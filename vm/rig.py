@@ -976,6 +976,12 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
     make_ext4_image(work / "ext4.img", EXT4_MIB)
     tag = f"{os.getpid()}-{re.sub(r'[^A-Za-z0-9.]', '_', k.release)}"
     shm = [Path(f"/dev/shm/phx-{tag}-shm{i}") for i in range(NSHM)]
+    # Device memory files of runs that were killed (their pid is gone).
+    for p in Path("/dev/shm").glob("phx-*-shm*"):
+        m = re.fullmatch(r"phx-(\d+)-.*-shm\d+", p.name)
+        if m and not Path(f"/proc/{m.group(1)}").exists():
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
     prep_s = time.monotonic() - t0
     timeout = float(os.environ.get("PHX_VM_TIMEOUT") or (600 if accel == "tcg" else 300))
     ready_timeout = min(timeout, float(os.environ.get("PHX_VM_READY_TIMEOUT")
@@ -993,9 +999,14 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
         if (work / "ext4.img").is_file() and v.exit_code is not None:
             host_results.append(e2fsck(work))
     finally:
-        if not args.keep:
-            for p in shm:
-                with contextlib.suppress(FileNotFoundError):
+        for i, p in enumerate(shm):
+            with contextlib.suppress(FileNotFoundError):
+                if args.keep:
+                    # One kept set per kernel, replaced by the next --keep run.
+                    kept = Path(f"/dev/shm/phx-kept-{re.sub(r'[^A-Za-z0-9.]', '_', k.release)}-shm{i}")
+                    p.rename(kept)
+                    info(f"[{k.release}] kept ivshmem #{i} as {kept}")
+                else:
                     p.unlink()
     if b.stalled:
         v.problems.insert(0, f"QEMU killed: the guest's /init was not ready after {ready_timeout:.0f}s"
