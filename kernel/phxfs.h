@@ -21,6 +21,7 @@
 #include <linux/memremap.h>
 #include <linux/mutex.h>
 #include <linux/pci.h>
+#include <linux/workqueue.h>
 #include <linux/xarray.h>
 
 #include "uapi/phxfs_ioctl.h"
@@ -115,6 +116,10 @@ struct phxfs_reg {
 	atomic_t map_count;
 	/* Completed when a provider revocation has finished its teardown. */
 	struct completion revoked;
+	/* Pages before this index were seen idle by the teardown's wait. */
+	unsigned long idle_upto;
+	/* Finishes a teardown whose waiter was killed. */
+	struct work_struct finish;
 };
 
 /* phxfs_bar.c */

@@ -125,7 +125,8 @@ static long phxfs_ioctl_register(struct phxfs_file *pf, void __user *uarg)
 	ret = phxfs_copy_args(&args, uarg, sizeof(args));
 	if (ret)
 		return ret;
-	if (args.flags || args.pad || args.handle || args.mmap_offset ||
+	/* handle and mmap_offset are outputs: whatever they hold is ignored. */
+	if (args.flags || args.pad ||
 	    !phxfs_all_zero(args.reserved, ARRAY_SIZE(args.reserved)))
 		return -EINVAL;
 

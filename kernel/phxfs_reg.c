@@ -12,6 +12,8 @@
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/delay.h>
+#include <linux/module.h>
+#include <linux/workqueue.h>
 #include <linux/jiffies.h>
 #include <linux/mm.h>
 #include <linux/sched.h>
@@ -83,32 +85,44 @@ static void phxfs_reg_unclaim(struct phxfs_reg *reg)
 	mutex_unlock(&dev->claim_lock);
 }
 
-static void phxfs_reg_wait_idle(struct phxfs_reg *reg)
+/*
+ * Waits until every page's refcount is back to idle, i.e. no GUP reference
+ * (O_DIRECT or io_uring DMA in flight, an io_uring fixed buffer) is left.
+ * Resumes from reg->idle_upto.  With @killable, returns -EINTR when the
+ * caller is being killed (an exiting process, or a DEREGISTER caller who
+ * gave up), leaving the rest to phxfs_reg_finish_work().
+ */
+static int phxfs_reg_wait_idle(struct phxfs_reg *reg, bool killable)
 {
 	unsigned long start = jiffies;
 	bool told = false;
-	unsigned long i;
 
-	for (i = 0; i < reg->npages; i++) {
-		while (page_ref_count(reg->pages[i]) > PHXFS_IDLE_PAGE_REFS) {
+	for (; reg->idle_upto < reg->npages; reg->idle_upto++) {
+		struct page *page = reg->pages[reg->idle_upto];
+
+		while (page_ref_count(page) > PHXFS_IDLE_PAGE_REFS) {
+			if (killable && fatal_signal_pending(current))
+				return -EINTR;
 			if (!told && time_after(jiffies, start + 10 * HZ)) {
 				pr_info("dev%u: handle %llu: still waiting for I/O in flight on page %lu\n",
-					reg->dev->index, reg->handle, i);
+					reg->dev->index, reg->handle,
+					reg->idle_upto);
 				told = true;
 			}
 			usleep_range(50, 200);
 		}
-		if (!(i & 1023))
+		if (!(reg->idle_upto & 1023))
 			cond_resched();
 	}
+	return 0;
 }
 
 /*
- * Zap every user PTE of the registration and wait for DMA to drain.  Taking
- * map_lock after the state left PINNED means an mmap that raced with us has
- * either finished inserting (and is zapped here) or will see the new state.
+ * Zap every user PTE of the registration.  Taking map_lock after the state
+ * left PINNED means an mmap or fault that raced with us has either finished
+ * inserting (and is zapped here) or will see the new state.
  */
-static void phxfs_reg_revoke_mapping(struct phxfs_reg *reg)
+static void phxfs_reg_zap(struct phxfs_reg *reg)
 {
 	long mapped;
 
@@ -118,8 +132,28 @@ static void phxfs_reg_revoke_mapping(struct phxfs_reg *reg)
 			    (loff_t)reg->npages << PAGE_SHIFT, 1);
 	mapped = atomic_long_xchg(&reg->mapped_pages, 0);
 	atomic64_sub(mapped, &reg->dev->stats.pages_mapped);
-	phxfs_reg_wait_idle(reg);
+}
+
+/* Pages idle: give them back to the provider and drop the table's reference. */
+static void phxfs_reg_finish(struct phxfs_reg *reg)
+{
+	struct phxfs_dev *dev = reg->dev;
+
 	phxfs_reg_unclaim(reg);
+	dev->provider->unpin(reg);
+	atomic_set(&reg->state, PHXFS_REG_GONE);
+	atomic64_dec(&dev->stats.regs_live);
+	phxfs_reg_put(reg);
+}
+
+static void phxfs_reg_finish_work(struct work_struct *work)
+{
+	struct phxfs_reg *reg = container_of(work, struct phxfs_reg, finish);
+
+	phxfs_reg_wait_idle(reg, false);
+	phxfs_reg_finish(reg);
+	/* Taken when the teardown was deferred: rmmod waits for us. */
+	module_put(THIS_MODULE);
 }
 
 /**
@@ -148,7 +182,8 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 		return -EINVAL;
 	if (device_addr + length < device_addr)
 		return -EOVERFLOW;
-	if ((length >> PAGE_SHIFT) > (MAX_LFS_FILESIZE >> PAGE_SHIFT) / 2)
+	/* Every pinned page lies in the BAR, so no registration is larger. */
+	if (length > dev->bar_size)
 		return -ERANGE;
 
 	reg = kzalloc(sizeof(*reg), GFP_KERNEL_ACCOUNT);
@@ -163,8 +198,9 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 	reg->length = length;
 	reg->npages = length >> PAGE_SHIFT;
 	atomic_set(&reg->state, PHXFS_REG_GONE);
+	INIT_WORK(&reg->finish, phxfs_reg_finish_work);
 	reg->pages = kvcalloc(reg->npages, sizeof(*reg->pages),
-			      GFP_KERNEL_ACCOUNT);
+			      GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
 	if (!reg->pages) {
 		ret = -ENOMEM;
 		goto err_free;
@@ -212,31 +248,35 @@ err_free:
  * from its table, then drop the table's reference.
  * @reg: registration.
  *
- * Sleeps until DMA in flight on the pages has finished.
+ * Sleeps until DMA in flight on the pages has finished.  If the caller is
+ * killed meanwhile (or is an exiting process), the mapping is already gone
+ * and the rest finishes in a work item, holding a module reference.
  */
 void phxfs_reg_teardown(struct phxfs_reg *reg)
 {
-	struct phxfs_dev *dev = reg->dev;
-
 	if (atomic_cmpxchg(&reg->state, PHXFS_REG_PINNED,
-			   PHXFS_REG_RELEASING) == PHXFS_REG_PINNED) {
-		phxfs_reg_revoke_mapping(reg);
-		dev->provider->unpin(reg);
-		atomic_set(&reg->state, PHXFS_REG_GONE);
-		atomic64_dec(&dev->stats.regs_live);
-	} else {
+			   PHXFS_REG_RELEASING) != PHXFS_REG_PINNED) {
 		/* The provider is revoking it (or has): let it finish first. */
 		wait_for_completion(&reg->revoked);
+		phxfs_reg_put(reg);
+		return;
 	}
-	phxfs_reg_put(reg);
+	phxfs_reg_zap(reg);
+	if (phxfs_reg_wait_idle(reg, true)) {
+		__module_get(THIS_MODULE);
+		queue_work(system_long_wq, &reg->finish);
+		return;
+	}
+	phxfs_reg_finish(reg);
 }
 
 /**
  * phxfs_reg_revoke_begin() - start a provider-initiated revocation.
  * @reg: registration whose memory the provider is taking back.
  *
- * Zaps the user mapping and waits for DMA in flight.  The caller releases
- * its own resources and then calls phxfs_reg_revoke_end().
+ * Zaps the user mapping and waits for DMA in flight (not killable: the
+ * provider frees the memory as soon as we return).  The caller releases its
+ * own resources and then calls phxfs_reg_revoke_end().
  *
  * Return: false if DEREGISTER/release already owns the teardown; the caller
  * must then leave the pin to it.
@@ -246,7 +286,9 @@ bool phxfs_reg_revoke_begin(struct phxfs_reg *reg)
 	if (atomic_cmpxchg(&reg->state, PHXFS_REG_PINNED,
 			   PHXFS_REG_REVOKING) != PHXFS_REG_PINNED)
 		return false;
-	phxfs_reg_revoke_mapping(reg);
+	phxfs_reg_zap(reg);
+	phxfs_reg_wait_idle(reg, false);
+	phxfs_reg_unclaim(reg);
 	return true;
 }
 
@@ -265,6 +307,29 @@ void phxfs_reg_revoke_end(struct phxfs_reg *reg)
 	pr_info("dev%u: handle %llu revoked by the %s provider\n", dev->index,
 		reg->handle, dev->provider->name);
 	complete_all(&reg->revoked);
+}
+
+/*
+ * Re-inserts a page whose PTE the process zapped itself (MADV_DONTNEED);
+ * after a revocation the range is unbacked and faults raise SIGBUS.
+ */
+static vm_fault_t phxfs_vm_fault(struct vm_fault *vmf)
+{
+	struct phxfs_reg *reg = vmf->vma->vm_private_data;
+	unsigned long index = vmf->pgoff - (unsigned long)reg->handle;
+	vm_fault_t ret = VM_FAULT_SIGBUS;
+	int err;
+
+	if (vmf->pgoff < reg->handle || index >= reg->npages)
+		return VM_FAULT_SIGBUS;
+	mutex_lock(&reg->map_lock);
+	if (atomic_read(&reg->state) == PHXFS_REG_PINNED) {
+		err = vm_insert_page(vmf->vma, vmf->address & PAGE_MASK,
+				     reg->pages[index]);
+		ret = (!err || err == -EBUSY) ? VM_FAULT_NOPAGE : vmf_error(err);
+	}
+	mutex_unlock(&reg->map_lock);
+	return ret;
 }
 
 static void phxfs_vm_open(struct vm_area_struct *vma)
@@ -295,6 +360,7 @@ static int phxfs_vm_may_split(struct vm_area_struct *vma, unsigned long addr)
 }
 
 static const struct vm_operations_struct phxfs_vm_ops = {
+	.fault = phxfs_vm_fault,
 	.open = phxfs_vm_open,
 	.close = phxfs_vm_close,
 	.may_split = phxfs_vm_may_split,

@@ -103,6 +103,22 @@ static int region_close(struct region *r)
 	return ret;
 }
 
+/* Teardown after a kill may finish in the background: poll briefly. */
+static int wait_regs_idle(int dev, struct phxfs_info *info)
+{
+	int fd = phx_open_dev((unsigned int)dev), i;
+
+	if (fd < 0)
+		return -errno;
+	for (i = 0; i < 300; i++) {
+		if (phx_get_info(fd, info) == 0 && info->regs_live == 0 && info->pages_mapped == 0)
+			break;
+		usleep(10000);
+	}
+	close(fd);
+	return 0;
+}
+
 static uint64_t round_up_4k(uint64_t v)
 {
 	return (v + 4095) & ~4095ULL;
@@ -281,6 +297,7 @@ static int t_bad_input(char *detail, size_t len)
 	       "huge length: %d", ret);
 	EXPECT(!(ret = expect_register(fd, 2 * GROUP_BAR_BYTES - 4096, 8192, -ERANGE)), "past BAR end: %d", ret);
 	EXPECT(!(ret = expect_register(fd, 1ULL << 40, 4096, -ERANGE)), "far past BAR: %d", ret);
+	EXPECT(!(ret = expect_register(fd, 0, 1ULL << 40, -ERANGE)), "longer than the BAR: %d", ret);
 
 	EXPECT(!phx_register(fd, scratch, 64 * KiB, &r), "register scratch");
 	EXPECT(!(ret = expect_register(fd, scratch + 4096, 4096, -EBUSY)), "overlap: %d", ret);
@@ -487,11 +504,38 @@ static int t_io_uring_fixed(char *detail, size_t len)
 	EXPECT(!read_exact(raw, ref, 256 * KiB, 5 * MiB), "reference");
 	EXPECT(!memcmp(ref, r.map, 256 * KiB), "read_fixed data differs");
 	vm_evidence_disk(0, r.bar_off, 5 * MiB, 256 * KiB);
-	io_uring_unregister_buffers(&ring);
+
+	/*
+	 * DEREGISTER while the ring still pins the pages must wait (DMA could
+	 * still target them) but stay killable; the unpin then completes in the
+	 * background once the ring lets go.
+	 */
+	{
+		struct phxfs_info info;
+		int status;
+		pid_t pid = fork();
+
+		EXPECT(pid >= 0, "fork");
+		if (pid == 0)
+			_exit(phx_deregister(r.fd, r.reg.handle) ? 1 : 0);
+		usleep(300000);
+		EXPECT(waitpid(pid, &status, WNOHANG) == 0,
+		       "DEREGISTER returned while io_uring still pinned the buffer");
+		kill(pid, SIGKILL);
+		EXPECT(waitpid(pid, &status, 0) == pid && WIFSIGNALED(status),
+		       "a DEREGISTER waiting for pinned pages could not be killed (status %#x)", status);
+		EXPECT(!phx_get_info(r.fd, &info) && info.regs_live == 1,
+		       "unpin must wait for the ring: live %llu", (unsigned long long)info.regs_live);
+		io_uring_unregister_buffers(&ring);
+		EXPECT(!wait_regs_idle(0, &info) && info.regs_live == 0,
+		       "deferred unpin did not finish: live %llu", (unsigned long long)info.regs_live);
+	}
 	io_uring_queue_exit(&ring);
-	EXPECT(!region_close(&r), "close");
+	EXPECT(!munmap(r.map, r.reg.length), "munmap");
+	close(r.fd);
 	close(raw);
-	snprintf(detail, len, "fixed buffers over device pages accepted; READ_FIXED data verified");
+	snprintf(detail, len,
+		 "fixed buffers over device pages accepted; READ_FIXED data verified; DEREGISTER meanwhile waits, is killable, and completes once the ring lets go");
 	return 0;
 }
 
@@ -682,6 +726,30 @@ static int t_munmap_first(char *detail, size_t len)
 	return 0;
 }
 
+static int t_madv_dontneed(char *detail, size_t len)
+{
+	struct region r;
+	unsigned char *ref = ram_alloc(64 * KiB);
+	int raw = open(raw_path, O_RDONLY | O_DIRECT), ret = region_open(&r, 0, 64 * KiB);
+
+	EXPECT(!ret && raw >= 0 && ref, "setup: %s", strerror(-ret));
+	pattern_fill(r.map, 64 * KiB, 77);
+	pattern_fill(ref, 64 * KiB, 77);
+	EXPECT(!madvise(r.map, 64 * KiB, MADV_DONTNEED), "madvise: %s", strerror(errno));
+	/* The pages come back on the next touch, with the device's bytes. */
+	EXPECT(!memcmp(r.map, ref, 64 * KiB), "device bytes changed after MADV_DONTNEED");
+	EXPECT(!madvise(r.map, 64 * KiB, MADV_DONTNEED), "madvise again");
+	EXPECT(!read_exact(raw, r.map, 64 * KiB, 11 * MiB) && !read_exact(raw, ref, 64 * KiB, 11 * MiB) &&
+		       !memcmp(ref, r.map, 64 * KiB),
+	       "O_DIRECT into a zapped range");
+	vm_evidence_disk(0, r.bar_off, 11 * MiB, 64 * KiB);
+	EXPECT(!region_close(&r), "close");
+	close(raw);
+	free(ref);
+	snprintf(detail, len, "MADV_DONTNEED: pages fault back in, data and O_DIRECT intact");
+	return 0;
+}
+
 static int t_fork(char *detail, size_t len)
 {
 	struct region r;
@@ -708,7 +776,7 @@ static int t_fork(char *detail, size_t len)
 static int t_kill_live(char *detail, size_t len)
 {
 	struct phxfs_info info;
-	int pipefd[2], status, fd;
+	int pipefd[2], status;
 	uint64_t off;
 	pid_t pid;
 	char c;
@@ -736,11 +804,9 @@ static int t_kill_live(char *detail, size_t len)
 	kill(pid, SIGKILL);
 	EXPECT(waitpid(pid, &status, 0) == pid && WIFSIGNALED(status), "child status %#x", status);
 	close(pipefd[0]);
-	fd = phx_open_dev(1);
-	EXPECT(fd >= 0 && !phx_get_info(fd, &info), "info");
+	EXPECT(!wait_regs_idle(1, &info), "info");
 	EXPECT(info.regs_live == 0 && info.pages_mapped == 0, "after kill: live %llu mapped %llu",
 	       (unsigned long long)info.regs_live, (unsigned long long)info.pages_mapped);
-	close(fd);
 	snprintf(detail, len, "SIGKILL during I/O with a live registration: all torn down");
 	return 0;
 }
@@ -803,6 +869,7 @@ int vmtest_pcibar(void)
 	vm_run("pcibar/munmap_before_deregister", t_munmap_first);
 	vm_run("pcibar/revoke_idle", t_revoke_idle);
 	vm_run("pcibar/revoke_during_io", t_revoke_during_io);
+	vm_run("pcibar/madv_dontneed", t_madv_dontneed);
 	vm_run("pcibar/fork", t_fork);
 	vm_run("pcibar/kill_with_live_registration", t_kill_live);
 	return vm_failures() ? 1 : 0;
