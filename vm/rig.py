@@ -957,6 +957,12 @@ def run_kernel(k: Kernel, args) -> dict:
 
 
 def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
+    # build/vm/<series> -> <release>: a stable path for scripts.
+    alias = WORK_ROOT / k.series
+    if alias.is_symlink() or not alias.exists():
+        with contextlib.suppress(FileNotFoundError):
+            alias.unlink()
+        alias.symlink_to(k.release)
     for name in ("console.log", "report.log", "qemu.log", "raw.img", "ext4.img"):
         with contextlib.suppress(FileNotFoundError):
             (work / name).unlink()
