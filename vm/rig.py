@@ -257,7 +257,10 @@ def unpack_kernel(rel: str, dest: Path, packages: list[str]) -> None:
     todo = [p for p in packages if p not in have]
     if todo:
         info(f"downloading {' '.join(todo)}")
-        run_cmd(["apt-get", "download", *todo], cwd=debs, what="apt-get download")
+        try:
+            run_cmd(["apt-get", "download", *todo], cwd=debs, what="apt-get download")
+        except RigError as e:
+            raise DownloadError(str(e)) from e
     have = {p.name.split("_")[0]: p for p in debs.glob("*.deb")}
     missing = [p for p in packages if p not in have]
     if missing:
@@ -290,8 +293,25 @@ def unpack_kernel(rel: str, dest: Path, packages: list[str]) -> None:
     check_headers(k)
 
 
+class DownloadError(RigError):
+    pass
+
+
 def fetch(series: str) -> Kernel:
     need_tools("apt-cache", "apt-get", "dpkg-deb", "depmod", "make", "gcc-12")
+    try:
+        return fetch_once(series)
+    except DownloadError as e:
+        # Stale apt lists name packages the mirror no longer has (Debian
+        # drops old kernel ABIs): refresh them once and look again.
+        if os.geteuid() != 0:
+            raise
+        info(f"{e}; running apt-get update and trying again")
+        run_cmd(["apt-get", "update"], what="apt-get update")
+        return fetch_once(series)
+
+
+def fetch_once(series: str) -> Kernel:
     rel = newest_release(series)
     base = cache_dir()
     try:
