@@ -3,6 +3,7 @@
 # hands over and produces real evidence without phxfs: it copies NVMe bytes
 # into the ivshmem BARs through /dev/mem, so the host can compare them.
 # Protocol: vm/README.md.
+# shellcheck disable=SC2317  # functions run through check()
 
 result() { # test status detail
   printf 'PHX-RESULT {"test":"selftest:%s","status":"%s","detail":"%s"}\n' "$1" "$2" "$3" >"$PHX_REPORT"
@@ -16,6 +17,7 @@ bar2() { # bdf -> physical address of BAR 2
   sed -n 3p "/sys/bus/pci/devices/$1/resource" | cut -d' ' -f1
 }
 
+# shellcheck disable=SC2086  # two BDFs, split on purpose
 set -- $PHX_PCIBAR_BDFS
 check env-raw test -b "$PHX_RAW_DEV"
 check env-ext4 grep -q " $PHX_EXT4_DIR ext4 " /proc/mounts
@@ -25,14 +27,14 @@ result only-filter skip "PHX_ONLY='$PHX_ONLY' ignored by the selftest"
 
 a0=$(($(bar2 "$1")))
 a1=$(($(bar2 "$2")))
-check bar-size test "$(($(sed -n 3p /sys/bus/pci/devices/$1/resource | cut -d' ' -f2) - a0 + 1))" = $((256 << 20))
+check bar-size test "$(($(sed -n 3p /sys/bus/pci/devices/"$1"/resource | cut -d' ' -f2) - a0 + 1))" = $((256 << 20))
 
 # /dev/mem's read/write stop at the end of RAM, so the BARs (above it) are
 # written word by word with busybox devmem (mmap of /dev/mem).
 copy_to_bar() { # disk_off len bar_addr
   i=0
   for w in $(dd if="$PHX_RAW_DEV" bs=512 skip=$(($1 / 512)) count=$(($2 / 512)) 2>/dev/null | od -A n -v -t x8); do
-    devmem $(($3 + i)) 64 0x$w || return 1
+    devmem $(($3 + i)) 64 "0x$w" || return 1
     i=$((i + 8))
   done
   [ "$i" = "$2" ]
