@@ -78,7 +78,7 @@ KERNEL_CMDLINE = [
 DMESG_BAD = [
     re.compile(p)
     for p in (
-        r"BUG",                    # BUG:, kernel BUG at, slub "BUG kmalloc-64"
+        r"\bBUG\b",                # BUG:, kernel BUG at, slub "BUG kmalloc-64" (not DEBUG)
         r"WARNING:",
         r"Oops",
         r"general protection",
