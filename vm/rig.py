@@ -1111,6 +1111,16 @@ def series_list(arg: str) -> list[str]:
     return [arg]
 
 
+def self_check() -> None:
+    """Runs vm/test_rig.py (well under a second): a verdict is only as good
+    as the code that reaches it."""
+    proc = subprocess.run([sys.executable, "-B", "-m", "unittest", "-q", "test_rig"], cwd=VM_DIR,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    if proc.returncode != 0:
+        raise RigError(f"the rig's own unit tests (vm/test_rig.py) fail:\n{proc.stdout.strip()}")
+
+
 def cmd_fetch(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="vm/fetch-kernels",
                                  description="Download, unpack and check the rig's kernels.")
@@ -1157,6 +1167,7 @@ def cmd_run(argv: list[str]) -> int:
         raise RigError(f"--only {args.only!r}: letters, digits and ._*?[]/:,- only")
     need_tools("qemu-system-x86_64", "mkfs.ext4", "debugfs", "e2fsck")
     WORK_ROOT.mkdir(parents=True, exist_ok=True)
+    self_check()
     t0 = time.monotonic()
     kernels = [fetch(s) for s in series_list(args.kernel)]
     info(f"kernels ready in {time.monotonic() - t0:.1f}s: {', '.join(k.release for k in kernels)}")
