@@ -677,9 +677,15 @@ class Boot:
 
 
 def qemu_command(k: Kernel, work: Path, accel: str, initrd: Path, shm: list[Path],
-                 interactive: bool) -> list[str]:
+                 interactive: bool, iommu: bool) -> list[str]:
     cmd = ["qemu-system-x86_64", "-machine", "q35", "-accel", accel,
            "-m", "2048", "-smp", "2", "-nodefaults", "-nographic", "-no-reboot"]
+    cmdline = list(KERNEL_CMDLINE)
+    if iommu:
+        # Emulated VT-d, before every PCI device it translates; strict
+        # invalidation so that DMA after unmap faults at once.
+        cmd += ["-device", "intel-iommu,intremap=off"]
+        cmdline += ["intel_iommu=on", "iommu.strict=1"]
     if accel == "kvm":
         cmd += ["-cpu", "host"]
     if interactive:
@@ -689,7 +695,7 @@ def qemu_command(k: Kernel, work: Path, accel: str, initrd: Path, shm: list[Path
     cmd += ["-chardev", f"file,id=report,path={work / 'report.log'}",
             "-device", "isa-serial,chardev=report",
             "-kernel", str(boot_kernel_image(k)), "-initrd", str(initrd),
-            "-append", " ".join(KERNEL_CMDLINE)]
+            "-append", " ".join(cmdline)]
     for i, (img, serial) in enumerate(((work / "raw.img", RAW_SERIAL),
                                        (work / "ext4.img", EXT4_SERIAL))):
         cmd += ["-drive", f"file={img},if=none,id=nvm{i},format=raw",
@@ -750,6 +756,7 @@ class Verdict:
     problems: list[str] = field(default_factory=list)     # everything else that fails
     dmesg_bad: list[str] = field(default_factory=list)
     init_lines: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)       # PHX-NOTE: information only
     exit_code: int | None = None
     dmesg_lines: int = 0
 
@@ -879,6 +886,8 @@ def judge(work: Path, shm: list[Path], only: str | None) -> Verdict:
                 v.problems.append(f"malformed PHX-EXIT: {ln}")
         elif tag in ("PHX-INIT",):
             v.init_lines.append(rest)
+        elif tag == "PHX-NOTE":
+            v.notes.append(rest)
         elif tag == "PHX-INIT-ERROR":
             v.problems.append(f"guest init: {rest}")
         elif tag.startswith("PHX-"):
@@ -963,8 +972,13 @@ def choose_accel(args, k: Kernel, work: Path) -> tuple[str, str]:
     return ("kvm" if ok else "tcg"), f"auto: kvm {'works' if ok else 'unusable'} ({why})"
 
 
+def variant(args) -> str:
+    """Suffix of work folders and reports for non-default machines."""
+    return "-iommu" if args.iommu else ""
+
+
 def run_kernel(k: Kernel, args) -> dict:
-    work = WORK_ROOT / k.release
+    work = WORK_ROOT / (k.release + variant(args))
     work.mkdir(parents=True, exist_ok=True)
     # One run per kernel at a time: the work folder holds its images.
     with open(work / ".lock", "w") as lk:
@@ -978,11 +992,11 @@ def run_kernel(k: Kernel, args) -> dict:
 
 def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
     # build/vm/<series> -> <release>: a stable path for scripts.
-    alias = WORK_ROOT / k.series
+    alias = WORK_ROOT / (k.series + variant(args))
     if alias.is_symlink() or not alias.exists():
         with contextlib.suppress(FileNotFoundError):
             alias.unlink()
-        alias.symlink_to(k.release)
+        alias.symlink_to(work.name)
     for name in ("console.log", "report.log", "qemu.log", "raw.img", "ext4.img"):
         with contextlib.suppress(FileNotFoundError):
             (work / name).unlink()
@@ -1012,7 +1026,7 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
     timeout = float(os.environ.get("PHX_VM_TIMEOUT") or (600 if accel == "tcg" else 300))
     ready_timeout = min(timeout, float(os.environ.get("PHX_VM_READY_TIMEOUT")
                                        or (120 if accel == "tcg" else 60)))
-    cmd = qemu_command(k, work, accel, initrd, shm, args.shell)
+    cmd = qemu_command(k, work, accel, initrd, shm, args.shell, args.iommu)
     (work / "qemu-cmd.sh").write_text(shlex.join(cmd) + "\n")
     info(f"[{k.release}] booting ({accel}, {why}; prep {prep_s:.1f}s, timeout {timeout:.0f}s)")
     try:
@@ -1052,7 +1066,7 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
     guest_counts = {s: sum(1 for r in v.results if r["status"] == s) for s in ("pass", "fail", "skip")}
     ok = not v.problems
     summary = {
-        "kernel": k.release, "series": k.series, "accel": accel,
+        "kernel": k.release, "series": k.series, "accel": accel, "iommu": args.iommu,
         "boot_s": None if b.ready_s is None else round(b.ready_s, 1),
         "run_s": round(b.wall_s, 1), "guest_uptime_ready_s": b.init_s, "prep_s": round(prep_s, 1),
         "results": guest_counts, "host_checks": {s: sum(1 for r in host_results if r["status"] == s)
@@ -1065,13 +1079,14 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
         "exit": v.exit_code, "timed_out": b.timed_out, "pass": ok,
         "problems": v.problems,
     }
-    report = {**summary, "results_detail": all_results, "dmesg_bad_lines": v.dmesg_bad,
+    report = {**summary, "results_detail": all_results, "notes": v.notes,
+              "dmesg_bad_lines": v.dmesg_bad,
               "qemu_cmd": cmd, "work": str(work), "entry": args.entry, "only": args.only}
-    (WORK_ROOT / f"report-{k.release}.json").write_text(json.dumps(report, indent=1) + "\n")
+    (WORK_ROOT / f"report-{k.release}{variant(args)}.json").write_text(json.dumps(report, indent=1) + "\n")
 
     # Human summary.
     ready = "never" if b.ready_s is None else f"{b.ready_s:.1f}s"
-    print(f"\n=== {k.release} ({accel}): {'PASS' if ok else 'FAIL'}  "
+    print(f"\n=== {k.release} ({accel}{', iommu' if args.iommu else ''}): {'PASS' if ok else 'FAIL'}  "
           f"QEMU {b.wall_s:.1f}s (guest ready after {ready}, uptime {b.init_s if b.init_s is not None else '-'}s)")
     print(f"    guest results: {guest_counts['pass']} pass, {guest_counts['fail']} fail, "
           f"{guest_counts['skip']} skip; evidence {summary['evidence']['verified']}/"
@@ -1079,6 +1094,9 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
     for r in all_results:
         if r["status"] == "fail" or args.verbose:
             print(f"    {r['status'].upper():4} {r['test']}: {r.get('detail', '')}")
+    if args.verbose:
+        for n in v.notes:
+            print(f"    note: {n}")
     for p in v.problems:
         print(f"    problem: {p}")
     if v.dmesg_bad:
@@ -1157,6 +1175,10 @@ def cmd_run(argv: list[str]) -> int:
                     help="use the rig's own guest (vm/selftest) to check the rig itself")
     ap.add_argument("--shell", action="store_true",
                     help="boot interactively (console on the terminal), no verdict")
+    ap.add_argument("--iommu", action="store_true",
+                    default=os.environ.get("PHX_VM_IOMMU", "") not in ("", "0"),
+                    help="add an emulated Intel IOMMU (intel_iommu=on, strict); "
+                         "default $PHX_VM_IOMMU; work folder and report get -iommu")
     ap.add_argument("-v", "--verbose", action="store_true", help="list every result")
     args = ap.parse_args(argv)
     if args.demo:
@@ -1181,7 +1203,7 @@ def cmd_run(argv: list[str]) -> int:
             print(f"vm: error: {e}", file=sys.stderr)
             summary = {"kernel": k.release, "series": k.series, "pass": False,
                        "problems": [str(e).splitlines()[0]]}
-            (WORK_ROOT / f"report-{k.release}.json").write_text(
+            (WORK_ROOT / f"report-{k.release}{variant(args)}.json").write_text(
                 json.dumps({**summary, "error": str(e)}, indent=1) + "\n")
             print(f"\n=== {k.release}: FAIL (not run)")
             print(json.dumps(summary, separators=(",", ":")), flush=True)

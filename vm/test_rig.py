@@ -154,10 +154,12 @@ class Verdict(unittest.TestCase):
                         'PHX-RESULT {"test":"a","status":"pass","detail":""}',
                         'PHX-RESULT {"test":"b","status":"skip","detail":"no"}',
                         'free text from the guest',
+                        'PHX-NOTE cycles=10 memfree=1870212',
                         'PHX-EVIDENCE {"kind":"shm_eq_disk","shm":0,"shm_off":4096,"disk_off":65536,"len":4096}')
         self.assertEqual(v.problems, [])
         self.assertEqual([e["status"] for e in v.evidence], ["pass"])
         self.assertEqual(len(v.results), 2)
+        self.assertEqual(v.notes, ["cycles=10 memfree=1870212"])
 
     def test_evidence_mismatch_and_bounds(self):
         v = self.report('PHX-RESULT {"test":"a","status":"pass","detail":""}',
