@@ -1043,7 +1043,7 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
             with contextlib.suppress(FileNotFoundError):
                 if args.keep:
                     # One kept set per kernel, replaced by the next --keep run.
-                    kept = Path(f"/dev/shm/phx-kept-{re.sub(r'[^A-Za-z0-9.]', '_', k.release)}-shm{i}")
+                    kept = Path(f"/dev/shm/phx-kept-{work.name.replace('+', '_')}-shm{i}")
                     p.rename(kept)
                     info(f"[{k.release}] kept ivshmem #{i} as {kept}")
                 else:
@@ -1062,7 +1062,6 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
         if m:
             b.init_s = float(m.group(1))
     all_results = v.results + host_results
-    counts = {s: sum(1 for r in all_results if r["status"] == s) for s in ("pass", "fail", "skip")}
     guest_counts = {s: sum(1 for r in v.results if r["status"] == s) for s in ("pass", "fail", "skip")}
     ok = not v.problems
     summary = {
