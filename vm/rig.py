@@ -972,6 +972,13 @@ def choose_accel(args, k: Kernel, work: Path) -> tuple[str, str]:
     return ("kvm" if ok else "tcg"), f"auto: kvm {'works' if ok else 'unusable'} ({why})"
 
 
+def env_mib(name: str, default: int) -> int:
+    val = os.environ.get(name) or str(default)
+    if not val.isdigit() or not 16 <= int(val) <= 65536:
+        raise RigError(f"{name}={val!r}: a size in MiB from 16 to 65536")
+    return int(val)
+
+
 def variant(args) -> str:
     """Suffix of work folders and reports for non-default machines."""
     return "-iommu" if args.iommu else ""
@@ -1012,8 +1019,8 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
         "PHX_ENTRY": args.entry, "PHX_ONLY": args.only or "", "PHX_WAIT_S": "60",
         "PHX_RAW_SERIAL": RAW_SERIAL, "PHX_EXT4_SERIAL": EXT4_SERIAL,
         "PHX_NSHM": str(NSHM), "PHX_MODE": "shell" if args.shell else "run"})
-    make_raw_image(work / "raw.img", RAW_MIB)
-    make_ext4_image(work / "ext4.img", EXT4_MIB)
+    make_raw_image(work / "raw.img", env_mib("PHX_VM_RAW_MIB", RAW_MIB))
+    make_ext4_image(work / "ext4.img", env_mib("PHX_VM_EXT4_MIB", EXT4_MIB))
     tag = f"{os.getpid()}-{re.sub(r'[^A-Za-z0-9.]', '_', k.release)}"
     shm = [Path(f"/dev/shm/phx-{tag}-shm{i}") for i in range(NSHM)]
     # Device memory files of runs that were killed (their pid is gone).
