@@ -36,7 +36,9 @@ struct phxfs_reg;
  * @page_size: registration granularity in bytes.
  * @info_flags: PHXFS_INFO_* bits describing the provider's current state.
  * @pin:       pins [reg->device_addr, +reg->length) and fills reg->pages;
- *             returns 0 or -errno.  Called without locks held; may sleep.
+ *             returns 0 or -errno.  May sleep.  On an error after pinning
+ *             (a page table that fails validation) it leaves reg->pin set
+ *             and the caller calls @unpin.
  * @unpin:     drops the pin taken by @pin.  Called once, after every user
  *             mapping is gone and the pages are idle, unless the provider
  *             revoked the registration itself.
@@ -111,6 +113,8 @@ struct phxfs_reg {
 	atomic_t state;
 	/* Orders mmap's page insertion against revocation's zap. */
 	struct mutex map_lock;
+	/* Held while the registration is being created (see phxfs_reg_create). */
+	struct mutex create_lock;
 	/* Pages currently inserted in a VMA (0 when unmapped or revoked). */
 	atomic_long_t mapped_pages;
 	atomic_t map_count;

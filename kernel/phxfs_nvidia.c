@@ -232,12 +232,12 @@ static int phxfs_nv_pin(struct phxfs_reg *reg)
 	if (ret)
 		goto err_free;
 
-	ret = phxfs_nv_check_table(reg, pin->table);
-	if (ret) {
-		phxfs_nv_release(reg, pin);
-		goto err_free;
-	}
-	return 0;
+	/*
+	 * On a bad table the pin stays in reg->pin: the caller releases it
+	 * with unpin() once it no longer holds create_lock, which a concurrent
+	 * free callback may be waiting for.
+	 */
+	return phxfs_nv_check_table(reg, pin->table);
 
 err_free:
 	reg->pin = NULL;

@@ -191,6 +191,7 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 		return -ENOMEM;
 	kref_init(&reg->ref);
 	mutex_init(&reg->map_lock);
+	mutex_init(&reg->create_lock);
 	init_completion(&reg->revoked);
 	reg->dev = dev;
 	reg->mapping = pf->mapping;
@@ -206,9 +207,21 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 		goto err_free;
 	}
 
+	/*
+	 * A provider revocation (NVIDIA free callback) can fire as soon as
+	 * pin() returns; create_lock makes it wait until the registration is
+	 * either published or failed (then the callback leaves the pin to our
+	 * unpin(), which is called after the lock is dropped).
+	 */
+	mutex_lock(&reg->create_lock);
 	ret = dev->provider->pin(reg);
-	if (ret)
+	if (ret) {
+		mutex_unlock(&reg->create_lock);
+		/* A pin that failed validation is still held: drop it unlocked. */
+		if (reg->pin)
+			dev->provider->unpin(reg);
 		goto err_free;
+	}
 	ret = phxfs_reg_claim(reg);
 	if (ret)
 		goto err_unpin;
@@ -230,6 +243,7 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 
 	atomic64_inc(&dev->stats.regs_live);
 	atomic64_inc(&dev->stats.regs_total);
+	mutex_unlock(&reg->create_lock);
 	*out = reg;
 	return 0;
 
@@ -237,6 +251,7 @@ err_unclaim:
 	atomic_set(&reg->state, PHXFS_REG_GONE);
 	phxfs_reg_unclaim(reg);
 err_unpin:
+	mutex_unlock(&reg->create_lock);
 	dev->provider->unpin(reg);
 err_free:
 	phxfs_reg_put(reg);
@@ -283,6 +298,9 @@ void phxfs_reg_teardown(struct phxfs_reg *reg)
  */
 bool phxfs_reg_revoke_begin(struct phxfs_reg *reg)
 {
+	/* Let a registration still being created get published (or fail). */
+	mutex_lock(&reg->create_lock);
+	mutex_unlock(&reg->create_lock);
 	if (atomic_cmpxchg(&reg->state, PHXFS_REG_PINNED,
 			   PHXFS_REG_REVOKING) != PHXFS_REG_PINNED)
 		return false;
