@@ -113,6 +113,22 @@ else
 	result pcibar/load fail "insmod phxfs pcibar=$bdf0@2,$bdf1@2"
 fi
 
+# --- every device the rig has (at least 8 when it provides them) -------------
+if [ $# -ge 8 ]; then
+	all=""
+	for bdf in "$@"; do
+		all="$all${all:+,}$bdf@2"
+	done
+	if insmod $here/phxfs.ko "pcibar=$all"; then
+		$vmtest many || failed=1
+		check module/rmmod_many "unload with $# devices" rmmod phxfs
+	else
+		result module/many_devices fail "insmod with $# devices"
+	fi
+else
+	result module/many_devices skip "the rig provided $# ivshmem devices (8 needed)"
+fi
+
 # --- NVIDIA provider over the emulation --------------------------------------
 # phxfs first, NVIDIA driver later: must report and then pick it up.
 if insmod $here/phxfs.ko "nvidia=$bdf0@2" "pcibar=$bdf1@2"; then

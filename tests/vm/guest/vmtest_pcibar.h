@@ -3,4 +3,5 @@
 #define VMTEST_PCIBAR_H
 int vmtest_pcibar(void);
 int vmtest_nvidia(const char *mode);
+int vmtest_many(void);
 #endif
