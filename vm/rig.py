@@ -25,6 +25,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import stat
 import struct
 import subprocess
@@ -72,6 +73,7 @@ KERNEL_CMDLINE = [
     "sysctl.kernel.hung_task_timeout_secs=60",
     "init_on_alloc=0",
     "slub_debug=FZPU",
+    "sysrq_always_enabled",  # the host asks a hung guest for backtraces
 ]
 
 # dmesg lines that fail a run (searched case-sensitively unless noted).
@@ -677,7 +679,7 @@ class Boot:
 
 
 def qemu_command(k: Kernel, work: Path, accel: str, initrd: Path, shm: list[Path],
-                 interactive: bool, iommu: bool) -> list[str]:
+                 interactive: bool, iommu: bool, monitor: Path | None = None) -> list[str]:
     cmd = ["qemu-system-x86_64", "-machine", "q35", "-accel", accel,
            "-m", "2048", "-smp", "2", "-nodefaults", "-nographic", "-no-reboot"]
     cmdline = list(KERNEL_CMDLINE)
@@ -691,7 +693,8 @@ def qemu_command(k: Kernel, work: Path, accel: str, initrd: Path, shm: list[Path
     if interactive:
         cmd += ["-serial", "mon:stdio"]
     else:
-        cmd += ["-monitor", "none", "-serial", f"file:{work / 'console.log'}"]
+        mon = f"unix:{monitor},server=on,wait=off" if monitor else "none"
+        cmd += ["-monitor", mon, "-serial", f"file:{work / 'console.log'}"]
     cmd += ["-chardev", f"file,id=report,path={work / 'report.log'}",
             "-device", "isa-serial,chardev=report",
             "-kernel", str(boot_kernel_image(k)), "-initrd", str(initrd),
@@ -706,7 +709,24 @@ def qemu_command(k: Kernel, work: Path, accel: str, initrd: Path, shm: list[Path
     return cmd
 
 
-def boot(cmd: list[str], work: Path, accel: str, timeout: float, ready_timeout: float) -> Boot:
+def ask_for_backtraces(monitor: Path) -> None:
+    """Before a hung guest is killed: magic SysRq through the emulated
+    keyboard (QEMU monitor sendkey) for console loglevel 9, blocked tasks
+    (w) and every CPU's backtrace (l), so the console log shows the hang."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sk:
+            sk.settimeout(2)
+            sk.connect(str(monitor))
+            for key in ("9", "w", "l"):
+                sk.sendall(f"sendkey alt-sysrq-{key}\n".encode())
+                time.sleep(1)
+            time.sleep(3)
+    except OSError as e:
+        info(f"could not ask the hung guest for backtraces: {e}")
+
+
+def boot(cmd: list[str], work: Path, accel: str, timeout: float, ready_timeout: float,
+         monitor: Path | None = None) -> Boot:
     """Runs QEMU to the end; kills it after timeout seconds, or after
     ready_timeout if the guest's /init has not reported PHX-INIT by then."""
     b = Boot(accel)
@@ -730,6 +750,8 @@ def boot(cmd: list[str], work: Path, accel: str, timeout: float, ready_timeout: 
                 if now > timeout or (b.ready_s is None and now > ready_timeout):
                     b.timed_out = True
                     b.stalled = b.ready_s is None
+                    if monitor is not None:
+                        ask_for_backtraces(monitor)
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
                     break
@@ -904,7 +926,9 @@ def judge(work: Path, shm: list[Path], only: str | None) -> Verdict:
         # No dump (panic, timeout): judge what reached the console instead.
         console = work / "console.log"
         clines = console.read_text(errors="replace").splitlines() if console.is_file() else []
-        v.dmesg_bad = scan_kernel_log(clines)
+        # Backtraces the host asked a hung guest for are not findings.
+        cut = next((i for i, ln in enumerate(clines) if "sysrq: Changing Loglevel" in ln), None)
+        v.dmesg_bad = scan_kernel_log(clines[:cut])
     else:
         v.dmesg_bad = scan_kernel_log(dmesg)
     if v.dmesg_bad:
@@ -1033,19 +1057,24 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
     timeout = float(os.environ.get("PHX_VM_TIMEOUT") or (600 if accel == "tcg" else 300))
     ready_timeout = min(timeout, float(os.environ.get("PHX_VM_READY_TIMEOUT")
                                        or (120 if accel == "tcg" else 60)))
-    cmd = qemu_command(k, work, accel, initrd, shm, args.shell, args.iommu)
+    # Unix socket paths are short (108 bytes): the monitor lives in /tmp.
+    mon_dir = Path(tempfile.mkdtemp(prefix="phx-vm-"))
+    monitor = mon_dir / "monitor.sock"
+    cmd = qemu_command(k, work, accel, initrd, shm, args.shell, args.iommu,
+                       None if args.shell else monitor)
     (work / "qemu-cmd.sh").write_text(shlex.join(cmd) + "\n")
     info(f"[{k.release}] booting ({accel}, {why}; prep {prep_s:.1f}s, timeout {timeout:.0f}s)")
     try:
         if args.shell:
             subprocess.run(cmd)
             return {"kernel": k.release, "pass": True, "shell": True}
-        b = boot(cmd, work, accel, timeout, ready_timeout)
+        b = boot(cmd, work, accel, timeout, ready_timeout, monitor)
         v = judge(work, shm, args.only)
         host_results = list(v.evidence)
         if (work / "ext4.img").is_file() and v.exit_code is not None:
             host_results.append(e2fsck(work))
     finally:
+        shutil.rmtree(mon_dir, ignore_errors=True)
         for i, p in enumerate(shm):
             with contextlib.suppress(FileNotFoundError):
                 if args.keep:
@@ -1059,7 +1088,8 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
         v.problems.insert(0, f"QEMU killed: the guest's /init was not ready after {ready_timeout:.0f}s"
                           + (" (KVM here may not work: try --accel tcg)" if accel == "kvm" else ""))
     elif b.timed_out:
-        v.problems.insert(0, f"QEMU killed after the {timeout:.0f}s timeout")
+        v.problems.insert(0, f"QEMU killed after the {timeout:.0f}s timeout "
+                          "(blocked tasks and CPU backtraces requested first: see the console log)")
     elif b.qemu_rc not in (0, None):
         v.problems.append(f"QEMU exited with {b.qemu_rc}: {b.qemu_out.strip()[-500:]}")
     if any(r["status"] == "fail" for r in host_results) and "evidence mismatch" not in v.problems:
@@ -1111,7 +1141,7 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
             print(f"      {ln}")
     if v.exit_code is None:
         console = work / "console.log"
-        tail = console.read_text(errors="replace").splitlines()[-60:] if console.is_file() else []
+        tail = console.read_text(errors="replace").splitlines()[-100:] if console.is_file() else []
         print(f"    console tail ({console}):")
         for ln in tail:
             print(f"      {ln}")
