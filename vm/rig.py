@@ -1046,13 +1046,23 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
     make_raw_image(work / "raw.img", env_mib("PHX_VM_RAW_MIB", RAW_MIB))
     make_ext4_image(work / "ext4.img", env_mib("PHX_VM_EXT4_MIB", EXT4_MIB))
     tag = f"{os.getpid()}-{re.sub(r'[^A-Za-z0-9.]', '_', k.release)}"
-    shm = [Path(f"/dev/shm/phx-{tag}-shm{i}") for i in range(NSHM)]
+    shm_dir = Path(os.environ.get("PHX_VM_SHM_DIR") or "/dev/shm")
+    shm = [shm_dir / f"phx-{tag}-shm{i}" for i in range(NSHM)]
     # Device memory files of runs that were killed (their pid is gone).
-    for p in Path("/dev/shm").glob("phx-*-shm*"):
+    for p in shm_dir.glob("phx-*-shm*"):
         m = re.fullmatch(r"phx-(\d+)-.*-shm\d+", p.name)
         if m and not Path(f"/proc/{m.group(1)}").exists():
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
+    try:
+        st = os.statvfs(shm_dir)
+    except OSError as e:
+        raise RigError(f"ivshmem backing folder {shm_dir}: {e} (set PHX_VM_SHM_DIR)") from e
+    free_mib = st.f_bavail * st.f_frsize >> 20
+    if free_mib < NSHM * SHM_MIB + 64:
+        raise RigError(f"{shm_dir} has {free_mib} MiB free; the two ivshmem files need "
+                       f"{NSHM * SHM_MIB} MiB (a container's /dev/shm is often 64 MiB: "
+                       "enlarge it or set PHX_VM_SHM_DIR to another folder)")
     prep_s = time.monotonic() - t0
     timeout = float(os.environ.get("PHX_VM_TIMEOUT") or (600 if accel == "tcg" else 300))
     ready_timeout = min(timeout, float(os.environ.get("PHX_VM_READY_TIMEOUT")
@@ -1079,7 +1089,7 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
             with contextlib.suppress(FileNotFoundError):
                 if args.keep:
                     # One kept set per kernel, replaced by the next --keep run.
-                    kept = Path(f"/dev/shm/phx-kept-{work.name.replace('+', '_')}-shm{i}")
+                    kept = shm_dir / f"phx-kept-{work.name.replace('+', '_')}-shm{i}"
                     p.rename(kept)
                     info(f"[{k.release}] kept ivshmem #{i} as {kept}")
                 else:
