@@ -1155,6 +1155,9 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
         print(f"    console tail ({console}):")
         for ln in tail:
             print(f"      {ln}")
+    if not ok:
+        print(f"    logs: {work.relative_to(REPO)}/{{console,report,qemu}}.log; "
+              f"report: {(WORK_ROOT / f'report-{k.release}{variant(args)}.json').relative_to(REPO)}")
     if not args.keep:
         for name in ("raw.img", "ext4.img"):
             with contextlib.suppress(FileNotFoundError):
