@@ -56,11 +56,14 @@ EXT4_SERIAL = "phxext4"
 RAW_MIB = 256
 EXT4_MIB = 512
 SHM_MIB = 256
-NSHM = 2
+# Two large BARs carry the suite; six small ones make the eight devices the
+# module must serve at once (2 MiB is its minimum: a memory subsection).
+SHM_SIZES_MIB = (SHM_MIB, SHM_MIB, 4, 4, 4, 4, 4, 4)
+NSHM = len(SHM_SIZES_MIB)
 KVM_PROBE_S = 15
 # Fixed PCI slots on pcie.0 so that BDFs (and their order) never change.
 NVME_SLOTS = (0x04, 0x05)
-SHM_SLOTS = (0x10, 0x11)
+SHM_SLOTS = tuple(range(0x10, 0x10 + NSHM))
 
 KERNEL_CMDLINE = [
     "console=ttyS0",
@@ -704,7 +707,8 @@ def qemu_command(k: Kernel, work: Path, accel: str, initrd: Path, shm: list[Path
         cmd += ["-drive", f"file={img},if=none,id=nvm{i},format=raw",
                 "-device", f"nvme,drive=nvm{i},serial={serial},bus=pcie.0,addr={NVME_SLOTS[i]:#x}"]
     for i, p in enumerate(shm):
-        cmd += ["-object", f"memory-backend-file,id=shm{i},share=on,mem-path={p},size={SHM_MIB}M",
+        cmd += ["-object", f"memory-backend-file,id=shm{i},share=on,mem-path={p},"
+                f"size={SHM_SIZES_MIB[i]}M",
                 "-device", f"ivshmem-plain,memdev=shm{i},bus=pcie.0,addr={SHM_SLOTS[i]:#x}"]
     return cmd
 
@@ -835,8 +839,9 @@ class EvidenceChecker:
             idx, soff, n = int(ev["shm"]), int(ev["shm_off"]), int(ev["len"])
             if not 0 <= idx < len(self.shm):
                 return False, f"no ivshmem #{idx}"
-            if n <= 0 or soff < 0 or soff + n > SHM_MIB << 20:
-                return False, f"shm range [{soff},{soff + n}) outside the {SHM_MIB} MiB BAR"
+            size_mib = SHM_SIZES_MIB[idx] if idx < len(SHM_SIZES_MIB) else SHM_MIB
+            if n <= 0 or soff < 0 or soff + n > size_mib << 20:
+                return False, f"shm range [{soff},{soff + n}) outside the {size_mib} MiB BAR"
             if kind == "shm_eq_disk":
                 src, off, what = self.work / "raw.img", int(ev["disk_off"]), "raw disk"
             elif kind == "shm_eq_file":
@@ -1059,9 +1064,9 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
     except OSError as e:
         raise RigError(f"ivshmem backing folder {shm_dir}: {e} (set PHX_VM_SHM_DIR)") from e
     free_mib = st.f_bavail * st.f_frsize >> 20
-    if free_mib < NSHM * SHM_MIB + 64:
-        raise RigError(f"{shm_dir} has {free_mib} MiB free; the two ivshmem files need "
-                       f"{NSHM * SHM_MIB} MiB (a container's /dev/shm is often 64 MiB: "
+    if free_mib < sum(SHM_SIZES_MIB) + 64:
+        raise RigError(f"{shm_dir} has {free_mib} MiB free; the ivshmem files need "
+                       f"{sum(SHM_SIZES_MIB)} MiB (a container's /dev/shm is often 64 MiB: "
                        "enlarge it or set PHX_VM_SHM_DIR to another folder)")
     prep_s = time.monotonic() - t0
     timeout = float(os.environ.get("PHX_VM_TIMEOUT") or (600 if accel == "tcg" else 300))
