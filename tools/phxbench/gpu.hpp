@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: MIT
+// The few CUDA runtime calls phxbench needs.  gpu_cuda.cpp implements them
+// in builds with PHX_WITH_CUDA; gpu_none.cpp reports "no CUDA in this
+// build".  Failures throw Unavailable (no GPU) or std::runtime_error.
+#ifndef PHXBENCH_GPU_HPP
+#define PHXBENCH_GPU_HPP
+
+#include <cstddef>
+#include <string>
+
+struct CUstream_st;
+
+namespace phxbench::gpu {
+
+struct Probe {
+  bool usable = false;
+  std::string name;    ///< the GPU's name when usable
+  std::string reason;  ///< why not, when not usable
+};
+
+/// Whether CUDA device @p device can be used.  Never throws.
+[[nodiscard]] Probe probe(int device) noexcept;
+
+/// Device memory on one GPU, freed on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(int device, std::size_t bytes);
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+  DeviceBuffer(DeviceBuffer &&) = delete;
+  DeviceBuffer &operator=(DeviceBuffer &&) = delete;
+  ~DeviceBuffer();
+  [[nodiscard]] void *data() const noexcept { return data_; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+
+ private:
+  int device_;
+  void *data_ = nullptr;
+  std::size_t size_;
+};
+
+/// Synchronous copies; the calling thread's current device is set to @p device.
+void copy_to_device(int device, void *dst, const void *src, std::size_t bytes);
+void copy_to_host(int device, void *dst, const void *src, std::size_t bytes);
+
+/// A CUDA stream on one device.
+class Stream {
+ public:
+  explicit Stream(int device);
+  Stream(const Stream &) = delete;
+  Stream &operator=(const Stream &) = delete;
+  Stream(Stream &&) = delete;
+  Stream &operator=(Stream &&) = delete;
+  ~Stream();
+  [[nodiscard]] CUstream_st *get() const noexcept { return stream_; }
+  void synchronize();
+
+ private:
+  int device_;
+  CUstream_st *stream_ = nullptr;
+};
+
+}  // namespace phxbench::gpu
+
+#endif  // PHXBENCH_GPU_HPP

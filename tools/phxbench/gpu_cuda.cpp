@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: MIT
+#include <cuda_runtime_api.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "engine.hpp"
+#include "gpu.hpp"
+
+namespace phxbench::gpu {
+namespace {
+
+void check(cudaError_t status, const std::string &what) {
+  if (status != cudaSuccess) {
+    throw std::runtime_error(what + ": " + cudaGetErrorName(status) + " (" +
+                             cudaGetErrorString(status) + ")");
+  }
+}
+
+void use(int device) {
+  check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+}
+
+}  // namespace
+
+Probe probe(int device) noexcept {
+  Probe result;
+  try {
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess) {
+      result.reason = std::string("no usable CUDA GPU (cudaGetDeviceCount: ") +
+                      cudaGetErrorString(status) + ")";
+      return result;
+    }
+    if (device < 0 || device >= count) {
+      result.reason = "CUDA device " + std::to_string(device) + " does not exist (" +
+                      std::to_string(count) + " GPU(s))";
+      return result;
+    }
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+      result.reason = "cudaGetDeviceProperties failed for device " + std::to_string(device);
+      return result;
+    }
+    result.usable = true;
+    result.name = prop.name;
+  } catch (...) {
+    result.reason = "CUDA probe failed";
+  }
+  return result;
+}
+
+DeviceBuffer::DeviceBuffer(int device, std::size_t bytes) : device_(device), size_(bytes) {
+  use(device);
+  check(cudaMalloc(&data_, bytes), "cudaMalloc(" + std::to_string(bytes) + ")");
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (data_ != nullptr) {
+    (void)cudaSetDevice(device_);
+    (void)cudaFree(data_);
+  }
+}
+
+void copy_to_device(int device, void *dst, const void *src, std::size_t bytes) {
+  use(device);
+  check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy host to device");
+}
+
+void copy_to_host(int device, void *dst, const void *src, std::size_t bytes) {
+  use(device);
+  check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy device to host");
+}
+
+Stream::Stream(int device) : device_(device) {
+  use(device);
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  stream_ = stream;
+}
+
+Stream::~Stream() {
+  if (stream_ != nullptr) {
+    (void)cudaSetDevice(device_);
+    (void)cudaStreamDestroy(stream_);
+  }
+}
+
+void Stream::synchronize() {
+  check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+}  // namespace phxbench::gpu
