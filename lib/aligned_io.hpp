@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace phx::detail {
 
@@ -23,8 +24,11 @@ struct IoPolicy {
 };
 
 struct TransferResult {
+  TransferResult() = default;
+  TransferResult(std::size_t bytes, int err) noexcept : done(bytes), error(err) {}
   std::size_t done = 0;  ///< bytes transferred before stopping
   int error = 0;         ///< 0, or the errno that stopped the transfer
+  std::string detail;    ///< what stopped it, when errno alone is not enough (CUDA, cuFile)
 };
 
 enum class Direction { read, write };

@@ -18,6 +18,7 @@
 #include "file_caps.hpp"
 #include "phoenix/phoenix.h"
 #include "phxfs_ioctl.h"
+#include "stream_io.hpp"
 
 namespace phx::detail {
 namespace {
@@ -118,15 +119,16 @@ std::string pointer_text(const void *p) {
   return text;
 }
 
-ssize_t io(const char *function, Direction dir, phxfs_fileid_t fid, const void *buf,
-           off_t buf_offset, size_t nbyte, off_t f_offset) {
-  // Built only on failure: this is the per-I/O path.
-  const auto what = [&] {
-    return std::string(function) + "(fd " + std::to_string(fid.fd) + ", device " +
-           std::to_string(fid.deviceID) + ", buf " + pointer_text(buf) + " + " +
-           std::to_string(buf_offset) + ", size " + std::to_string(nbyte) + ", offset " +
-           std::to_string(f_offset) + ")";
-  };
+// The registration a request targets, after the checks every I/O makes.
+struct Target {
+  std::shared_ptr<DeviceState> state;
+  std::shared_ptr<Mapping> mapping;
+  std::uintptr_t address = 0;
+};
+
+template <typename What>
+Target resolve(const What &what, phxfs_fileid_t fid, const void *buf, off_t buf_offset,
+               size_t nbyte, off_t f_offset) {
   if (buf == nullptr) {
     throw_errno(EINVAL, what() + ": null buffer");
   }
@@ -141,26 +143,46 @@ ssize_t io(const char *function, Direction dir, phxfs_fileid_t fid, const void *
   if (fid.fd < 0) {
     throw_errno(EBADF, what() + ": bad file descriptor");
   }
-  const auto state = devices().get(fid.deviceID);
+  Target t;
+  t.state = devices().get(fid.deviceID);
   const auto base = reinterpret_cast<std::uintptr_t>(buf);
-  const auto address = base + static_cast<std::uintptr_t>(buf_offset);
-  if (address < base) {
+  t.address = base + static_cast<std::uintptr_t>(buf_offset);
+  if (t.address < base) {
     throw_errno(EINVAL, what() + ": buffer offset wraps");
   }
-  const auto mapping = state->table().find(address, std::max<std::size_t>(nbyte, 1));
-  if (!mapping) {
+  t.mapping = t.state->table().find(t.address, std::max<std::size_t>(nbyte, 1));
+  if (!t.mapping) {
     throw_errno(EFAULT, what() + ": target range is not inside one registration");
   }
+  return t;
+}
+
+ssize_t io(const char *function, Direction dir, phxfs_fileid_t fid, const void *buf,
+           off_t buf_offset, size_t nbyte, off_t f_offset) {
+  // Built only on failure: this is the per-I/O path.
+  const auto what = [&] {
+    return std::string(function) + "(fd " + std::to_string(fid.fd) + ", device " +
+           std::to_string(fid.deviceID) + ", buf " + pointer_text(buf) + " + " +
+           std::to_string(buf_offset) + ", size " + std::to_string(nbyte) + ", offset " +
+           std::to_string(f_offset) + ")";
+  };
+  const Target target = resolve(what, fid, buf, buf_offset, nbyte, f_offset);
+  const auto &state = target.state;
+  const auto &mapping = target.mapping;
+  const std::uintptr_t address = target.address;
   if (nbyte == 0) {
     return 0;
   }
   const std::size_t mapping_offset = address - mapping->device_address();
-  const std::byte *host = mapping->host_view() + mapping_offset;
+  // Engines without a host view (compat, cufile) align against the device address.
+  const std::uintptr_t host =
+      mapping->host_view() != nullptr
+          ? reinterpret_cast<std::uintptr_t>(mapping->host_view()) + mapping_offset
+          : address;
   const auto file_offset = static_cast<std::uint64_t>(f_offset);
   // Page-aligned requests are valid with or without O_DIRECT, so the common
   // case needs no fcntl/statx; anything else asks the descriptor.
-  const bool page_aligned =
-      (reinterpret_cast<std::uintptr_t>(host) | file_offset | nbyte) % kFallbackDirectAlign == 0;
+  const bool page_aligned = (host | file_offset | nbyte) % kFallbackDirectAlign == 0;
   IoPolicy policy = page_aligned_policy();
   if (!page_aligned && !policy_for_fd(fid.fd, policy)) {
     const int err = errno;
@@ -178,14 +200,46 @@ ssize_t io(const char *function, Direction dir, phxfs_fileid_t fid, const void *
                                   policy);
   }
   if (r.error != 0) {
+    const std::string detail = r.detail.empty() ? std::string() : ": " + r.detail;
     if (r.done == 0) {
-      throw_errno(r.error, what());
+      throw_errno(r.error, what() + detail);
     }
     // POSIX short-count convention: report progress now, the error on the
     // next call.  The message still says what happened.
-    fail(function, r.error, what() + ": stopped after " + std::to_string(r.done) + " bytes");
+    fail(function, r.error,
+         what() + ": stopped after " + std::to_string(r.done) + " bytes" + detail);
   }
   return static_cast<ssize_t>(r.done);
+}
+
+int io_async(const char *function, Direction dir, phxfs_fileid_t fid, const void *buf, size_t nbyte,
+             off_t f_offset, ssize_t *bytes_done, CUstream_st *stream) {
+  const auto what = [&] {
+    return std::string(function) + "(fd " + std::to_string(fid.fd) + ", device " +
+           std::to_string(fid.deviceID) + ", buf " + pointer_text(buf) + ", size " +
+           std::to_string(nbyte) + ", offset " + std::to_string(f_offset) + ", stream " +
+           pointer_text(stream) + ")";
+  };
+  Target target = resolve(what, fid, buf, 0, nbyte, f_offset);
+  StreamRequest request;
+  request.dir = dir;
+  request.fd = fid.fd;
+  request.mapping_offset = target.address - target.mapping->device_address();
+  request.size = nbyte;
+  request.file_offset = static_cast<std::uint64_t>(f_offset);
+  request.bytes_done = bytes_done;
+  if (!policy_for_fd(fid.fd, request.policy)) {
+    const int err = errno;
+    throw_errno(err, what());
+  }
+  request.device = std::move(target.state);
+  request.mapping = std::move(target.mapping);
+  try {
+    submit_stream_ordered(std::move(request), stream);
+  } catch (const std::system_error &e) {
+    throw_errno(e.code().value(), what() + ": " + e.what());
+  }
+  return 0;
 }
 
 }  // namespace
@@ -207,6 +261,8 @@ Engine engine_from_c(phxfs_engine_t engine) {
       return Engine::host;
     case PHXFS_ENGINE_COMPAT:
       return Engine::compat;
+    case PHXFS_ENGINE_CUFILE:
+      return Engine::cufile;
     default:
       break;
   }
@@ -221,6 +277,8 @@ phxfs_engine_t engine_to_c(Engine engine) {
       return PHXFS_ENGINE_HOST;
     case Engine::compat:
       return PHXFS_ENGINE_COMPAT;
+    case Engine::cufile:
+      return PHXFS_ENGINE_CUFILE;
     case Engine::automatic:
       break;
   }
@@ -265,6 +323,8 @@ const char *phxfs_engine_name(phxfs_engine_t engine) {
       return "host";
     case PHXFS_ENGINE_COMPAT:
       return "compat";
+    case PHXFS_ENGINE_CUFILE:
+      return "cufile";
     default:
       break;
   }
@@ -279,7 +339,9 @@ int phxfs_regmem(int device_id, const void *addr, size_t len, void **target_addr
     }
     auto state = devices().get(device_id);
     auto mapping = state->register_range(addr, len);
-    *target_addr = mapping->host_view();
+    // Engines without a host view (compat, cufile) take the device address.
+    *target_addr =
+        mapping->host_view() != nullptr ? mapping->host_view() : const_cast<void *>(addr);
     return 0;
   });
 }
@@ -309,6 +371,24 @@ ssize_t phxfs_write(phxfs_fileid_t fid, const void *buf, off_t buf_offset, size_
   });
 }
 
+int phxfs_read_async(phxfs_fileid_t fid, void *buf, size_t nbytes, off_t f_offset,
+                     ssize_t *bytes_done, struct CUstream_st *stream) {
+  phx::detail::last_error.clear();
+  return guarded("phxfs_read_async", -1, [&] {
+    return phx::detail::io_async("phxfs_read_async", phx::detail::Direction::read, fid, buf, nbytes,
+                                 f_offset, bytes_done, stream);
+  });
+}
+
+int phxfs_write_async(phxfs_fileid_t fid, const void *buf, size_t nbytes, off_t f_offset,
+                      ssize_t *bytes_done, struct CUstream_st *stream) {
+  phx::detail::last_error.clear();
+  return guarded("phxfs_write_async", -1, [&] {
+    return phx::detail::io_async("phxfs_write_async", phx::detail::Direction::write, fid, buf,
+                                 nbytes, f_offset, bytes_done, stream);
+  });
+}
+
 const char *phxfs_strerror(int errnum) {
   switch (errnum) {
     case 0:
@@ -322,7 +402,7 @@ const char *phxfs_strerror(int errnum) {
     case EPROTO:
       return "phxfs module and library speak different ABI versions";
     case ENOTSUP:
-      return "engine not available in this build";
+      return "not available in this build or on this machine (engine, CUDA or cuFile)";
     case EBUSY:
       return "device already open with another engine";
     default:

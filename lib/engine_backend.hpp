@@ -43,6 +43,10 @@ class EngineBackend {
 /// Registered memory is ordinary host memory.
 [[nodiscard]] std::unique_ptr<EngineBackend> make_host_backend();
 
+/// CUDA GPU without the module (builds with PHX_WITH_CUDA).  Throws ENODEV
+/// when the device has no GPU.
+[[nodiscard]] std::unique_ptr<EngineBackend> make_compat_backend(int device_id);
+
 class DeviceDriver;
 /// Registered memory is device memory mapped by phxfs.ko through @p driver.
 [[nodiscard]] std::unique_ptr<EngineBackend> make_direct_backend(

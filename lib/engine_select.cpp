@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Which engine serves a device: the caller's explicit choice, else
-// PHX_ENGINE, else detection (module present -> direct, otherwise host until
-// the CUDA compat engine exists).
+// PHX_ENGINE, else detection: module present -> direct, else a CUDA GPU for
+// the device -> compat, else host.
 #include <cerrno>
 #include <string>
 
@@ -11,6 +11,11 @@
 #include "engine_backend.hpp"
 #include "error.hpp"
 #include "phxfs_ioctl.h"
+
+#if PHX_WITH_CUDA
+#include "cuda/gpu.hpp"
+#include "engine_cufile.hpp"
+#endif
 
 namespace phx {
 
@@ -24,6 +29,8 @@ std::string_view to_string(Engine engine) noexcept {
       return "host";
     case Engine::compat:
       return "compat";
+    case Engine::cufile:
+      return "cufile";
   }
   return "unknown";
 }
@@ -41,8 +48,11 @@ Engine parse_engine(std::string_view name) {
   if (name == "compat") {
     return Engine::compat;
   }
-  detail::throw_errno(
-      EINVAL, "unknown engine '" + std::string(name) + "' (expected auto, direct, host or compat)");
+  if (name == "cufile" || name == "gds") {
+    return Engine::cufile;
+  }
+  detail::throw_errno(EINVAL, "unknown engine '" + std::string(name) +
+                                  "' (expected auto, direct, host, compat or cufile)");
 }
 
 EngineChoice choose_engine(int device_id, Engine requested) {
@@ -60,10 +70,19 @@ EngineChoice choose_engine(int device_id, Engine requested) {
     if (detail::direct_available(device_id, why)) {
       choice.engine = Engine::direct;
       choice.reason = "auto: " + why;
-    } else {
-      choice.engine = Engine::host;
-      choice.reason = "auto: " + why + "; registered memory is treated as host memory";
+      return choice;
     }
+#if PHX_WITH_CUDA
+    std::string gpu_why;
+    if (detail::cuda::gpu_for_device(device_id, gpu_why)) {
+      choice.engine = Engine::compat;
+      choice.reason = "auto: " + why + "; " + gpu_why + ": staged copies through pinned memory";
+      return choice;
+    }
+    why += "; " + gpu_why;
+#endif
+    choice.engine = Engine::host;
+    choice.reason = "auto: " + why + "; registered memory is treated as host memory";
   }
   return choice;
 }
@@ -85,9 +104,18 @@ std::unique_ptr<EngineBackend> make_backend(int device_id, Engine engine) {
       return make_direct_backend(open_driver(device_id));
     case Engine::host:
       return make_host_backend();
+#if PHX_WITH_CUDA
     case Engine::compat:
-      throw_errno(ENOTSUP, "device " + std::to_string(device_id) +
-                               ": the compat engine is not part of this build");
+      return make_compat_backend(device_id);
+    case Engine::cufile:
+      return make_cufile_backend(device_id);
+#else
+    case Engine::compat:
+    case Engine::cufile:
+      throw_errno(ENOTSUP, "device " + std::to_string(device_id) + ": the " +
+                               std::string(to_string(engine)) +
+                               " engine needs a libphoenix built with CUDA (PHX_WITH_CUDA)");
+#endif
     case Engine::automatic:
       break;
   }

@@ -14,6 +14,7 @@
 #include "error.hpp"
 #include "file_caps.hpp"
 #include "phoenix/phoenix.hpp"
+#include "stream_io.hpp"
 
 namespace phx {
 namespace {
@@ -167,7 +168,9 @@ std::size_t File::transfer(bool is_write, const Registration *reg, std::size_t r
                      : detail::transfer(dir, fd_, host, size, file_offset, policy);
   if (result.error != 0) {
     detail::throw_io(result.error, op, path_, file_offset, size, result.done,
-                     detail::errno_text(result.error));
+                     result.detail.empty()
+                         ? detail::errno_text(result.error)
+                         : result.detail + " (" + detail::errno_text(result.error) + ")");
   }
   return result.done;
 }
@@ -189,6 +192,50 @@ std::size_t File::read(std::span<std::byte> dst, std::uint64_t file_offset) {
 std::size_t File::write(std::span<const std::byte> src, std::uint64_t file_offset) {
   // The write path only reads from the buffer.
   return transfer(true, nullptr, 0, const_cast<std::byte *>(src.data()), src.size(), file_offset);
+}
+
+void File::submit_async(bool is_write, const Registration &reg, std::size_t reg_offset,
+                        std::size_t size, std::uint64_t file_offset, ssize_t *bytes_done,
+                        CUstream_st *stream) {
+  const char *op = is_write ? "write_async" : "read_async";
+  if (fd_ < 0) {
+    detail::throw_io(EBADF, op, path_, file_offset, size, 0, "file is closed (moved from)");
+  }
+  if (!reg) {
+    detail::throw_io(EINVAL, op, path_, file_offset, size, 0, "empty registration");
+  }
+  constexpr auto kMaxOffset = static_cast<std::uint64_t>(std::numeric_limits<off_t>::max());
+  if (reg_offset > reg.size() || size > reg.size() - reg_offset || file_offset > kMaxOffset ||
+      size > kMaxOffset - file_offset) {
+    detail::throw_io(EINVAL, op, path_, file_offset, size, 0, "range outside the registration");
+  }
+  detail::StreamRequest request;
+  request.dir = is_write ? detail::Direction::write : detail::Direction::read;
+  request.fd = fd_;
+  request.device = reg.device_;
+  request.mapping = reg.mapping_;
+  request.mapping_offset = reg_offset;
+  request.size = size;
+  request.file_offset = file_offset;
+  request.policy.direct = direct_;
+  request.policy.offset_align = offset_align_;
+  request.policy.memory_align = memory_align_;
+  request.bytes_done = bytes_done;
+  try {
+    detail::submit_stream_ordered(std::move(request), stream);
+  } catch (const std::system_error &e) {
+    detail::throw_io(e.code().value(), op, path_, file_offset, size, 0, e.what());
+  }
+}
+
+void File::read_async(const Registration &reg, std::size_t reg_offset, std::size_t size,
+                      std::uint64_t file_offset, ssize_t *bytes_done, CUstream_st *stream) {
+  submit_async(false, reg, reg_offset, size, file_offset, bytes_done, stream);
+}
+
+void File::write_async(const Registration &reg, std::size_t reg_offset, std::size_t size,
+                       std::uint64_t file_offset, ssize_t *bytes_done, CUstream_st *stream) {
+  submit_async(true, reg, reg_offset, size, file_offset, bytes_done, stream);
 }
 
 void File::sync() {

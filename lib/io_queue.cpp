@@ -243,6 +243,11 @@ IoRequest make_request(IoOp op, File &file, const Registration &reg, std::size_t
                          " + size exceeds the registration's " + std::to_string(reg.size()) +
                          " bytes");
   }
+  if (reg.host_view() == nullptr) {
+    detail::throw_errno(ENOTSUP,
+                        "IoRequest: this registration (compat or cufile engine) has no host "
+                        "view for io_uring; use File::read/write or read_async");
+  }
   return {op, &file, reg.host_view() + reg_offset, size, offset, user_data};
 }
 

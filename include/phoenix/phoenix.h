@@ -10,10 +10,13 @@
  * Engines (see phoenix.hpp and docs/architecture.md):
  *   direct - /dev/phxfs_devN is present: registration maps the device pages,
  *            I/O is ordinary O_DIRECT I/O on that mapping (no host buffer);
+ *   compat - a CUDA GPU without the module: reads go through pinned staging
+ *            buffers and cudaMemcpyAsync on several threads and streams;
  *   host   - registered memory is ordinary host memory (the CPU baseline,
- *            and what runs on machines without the module).
- * PHX_ENGINE=direct|host|auto picks one process-wide; phxfs_open_engine()
- * picks per device.
+ *            and what runs on machines without the module or a GPU);
+ *   cufile - NVIDIA's cuFile (GDS), loaded at run time, for comparisons.
+ * PHX_ENGINE=direct|compat|host|cufile|auto picks one process-wide;
+ * phxfs_open_engine() picks per device.
  */
 #ifndef PHOENIX_PHOENIX_H
 #define PHOENIX_PHOENIX_H
@@ -39,6 +42,9 @@ extern "C" {
 
 /** Identifies a file for I/O: a descriptor the caller opened and the device
  *  whose registered memory the I/O targets. */
+/* A CUDA stream: cudaStream_t and CUstream are pointers to this type. */
+struct CUstream_st;
+
 typedef struct phxfs_fileid {
   int fd;
   int deviceID;
@@ -46,10 +52,12 @@ typedef struct phxfs_fileid {
 
 /** Engine choice for phxfs_open_engine(). */
 typedef enum phxfs_engine {
-  PHXFS_ENGINE_AUTO = 0, /**< PHX_ENGINE if set, else direct when the module serves the device */
+  PHXFS_ENGINE_AUTO = 0, /**< PHX_ENGINE if set, else direct when the module serves the
+                              device, else compat when it has a CUDA GPU, else host */
   PHXFS_ENGINE_DIRECT = 1,
   PHXFS_ENGINE_HOST = 2,
-  PHXFS_ENGINE_COMPAT = 3, /**< GPU without the module; not built yet: ENOTSUP */
+  PHXFS_ENGINE_COMPAT = 3, /**< CUDA GPU without the module; ENOTSUP in builds without CUDA */
+  PHXFS_ENGINE_CUFILE = 4, /**< cuFile baseline; ENOTSUP when libcufile is absent */
   PHXFS_ENGINE_ERROR = -1, /**< returned by phxfs_device_engine() on failure */
   /* Makes every int a valid value, so a C caller's stray number reaches
    * the library as a value it can reject (EINVAL) rather than as UB. */
@@ -79,7 +87,7 @@ PHXFS_API int phxfs_close(int device_id);
  *  PHXFS_ENGINE_ERROR with errno EINVAL/ENODEV. */
 PHXFS_API phxfs_engine_t phxfs_device_engine(int device_id);
 
-/** phxfs_engine_name - "auto", "direct", "host", "compat" or "unknown". */
+/** phxfs_engine_name - "auto", "direct", "host", "compat", "cufile" or "unknown". */
 PHXFS_API const char *phxfs_engine_name(phxfs_engine_t engine);
 
 /**
@@ -125,6 +133,27 @@ PHXFS_API PHXFS_NODISCARD ssize_t phxfs_read(phxfs_fileid_t fid, void *buf, off_
  *  unless an error occurs (ENOSPC, EFBIG, EBADF...). */
 PHXFS_API PHXFS_NODISCARD ssize_t phxfs_write(phxfs_fileid_t fid, const void *buf, off_t buf_offset,
                                               size_t nbyte, off_t f_offset);
+
+/**
+ * phxfs_read_async - stream-ordered phxfs_read(): reads @nbytes at @f_offset
+ * of @fid.fd into registered memory at @buf once the work already enqueued
+ * on @stream (a cudaStream_t; NULL is the legacy default stream) is done,
+ * and makes the stream's later work wait for the read.  Returns 0 once
+ * enqueued; when the stream passes the read, *@bytes_done (may be NULL)
+ * holds the bytes read (short only at end of file) or -errno.  @fid.fd, the
+ * registration and *@bytes_done must stay valid until then.  Reads on
+ * different streams run concurrently.
+ * Errors: as phxfs_read(); ENOTSUP in a build or on a machine without CUDA;
+ * EINVAL a stream capturing a CUDA graph; EIO CUDA errors.
+ */
+PHXFS_API PHXFS_NODISCARD int phxfs_read_async(phxfs_fileid_t fid, void *buf, size_t nbytes,
+                                               off_t f_offset, ssize_t *bytes_done,
+                                               struct CUstream_st *stream);
+
+/** phxfs_write_async - the write counterpart of phxfs_read_async(). */
+PHXFS_API PHXFS_NODISCARD int phxfs_write_async(phxfs_fileid_t fid, const void *buf, size_t nbytes,
+                                                off_t f_offset, ssize_t *bytes_done,
+                                                struct CUstream_st *stream);
 
 /**
  * phxfs_strerror - thread-safe description of @errnum in Phoenix's terms

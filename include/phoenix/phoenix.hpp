@@ -33,6 +33,9 @@
 #define PHX_EXPORT
 #endif
 
+// A CUDA stream (cudaStream_t and CUstream are pointers to this type).
+struct CUstream_st;
+
 namespace phx {
 
 namespace detail {
@@ -43,13 +46,15 @@ class Ring;
 
 /// How bytes reach the registered memory.
 enum class Engine {
-  automatic,  ///< PHX_ENGINE if set, else direct when /dev/phxfs_devN exists, else host
+  automatic,  ///< PHX_ENGINE if set, else direct when /dev/phxfs_devN exists, else
+              ///< compat when the device has a CUDA GPU, else host
   direct,     ///< phxfs.ko maps the device pages; I/O is O_DIRECT on that mapping
   host,       ///< registered memory is host memory (CPU baseline, no module needed)
-  compat,     ///< GPU without the module (bounce buffers); not built yet
+  compat,     ///< CUDA GPU without the module: pinned staging buffers + cuMemcpyAsync
+  cufile,     ///< NVIDIA cuFile (GDS), loaded at run time: a baseline for comparisons
 };
 
-/// "auto", "direct", "host", "compat".
+/// "auto", "direct", "host", "compat", "cufile".
 [[nodiscard]] PHX_EXPORT std::string_view to_string(Engine engine) noexcept;
 /// Parses the names above ("phoenix" is accepted for direct); throws
 /// std::system_error(EINVAL) naming the bad value.
@@ -201,6 +206,19 @@ class PHX_EXPORT File {
   /// Writes @p size bytes of @p reg at @p reg_offset to @p file_offset.
   std::size_t write(const Registration &reg, std::size_t reg_offset, std::size_t size,
                     std::uint64_t file_offset);
+  /// Stream-ordered read: runs after the work already enqueued on @p stream
+  /// (a cudaStream_t; null is the legacy default stream) and the stream's
+  /// later work waits for it.  Returns at once.  When the stream passes
+  /// the operation, *@p bytes_done (if not null) holds the bytes read (short
+  /// only at end of file) or -errno.  This File, @p reg and *@p bytes_done
+  /// must stay alive until then.  I/Os on different streams run
+  /// concurrently.  Throws std::system_error: ENOTSUP without CUDA, EINVAL
+  /// bad range or a stream capturing a graph.
+  void read_async(const Registration &reg, std::size_t reg_offset, std::size_t size,
+                  std::uint64_t file_offset, ssize_t *bytes_done, CUstream_st *stream);
+  /// The write counterpart of read_async().
+  void write_async(const Registration &reg, std::size_t reg_offset, std::size_t size,
+                   std::uint64_t file_offset, ssize_t *bytes_done, CUstream_st *stream);
   /// The same on plain host memory.
   [[nodiscard]] std::size_t read(std::span<std::byte> dst, std::uint64_t file_offset);
   std::size_t write(std::span<const std::byte> src, std::uint64_t file_offset);
@@ -209,6 +227,9 @@ class PHX_EXPORT File {
   void truncate(std::uint64_t size);
 
  private:
+  void submit_async(bool is_write, const Registration &reg, std::size_t reg_offset,
+                    std::size_t size, std::uint64_t file_offset, ssize_t *bytes_done,
+                    CUstream_st *stream);
   // reg is null for plain host memory at host; otherwise host is ignored.
   [[nodiscard]] std::size_t transfer(bool is_write, const Registration *reg, std::size_t reg_offset,
                                      std::byte *host, std::size_t size, std::uint64_t file_offset);

@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: MIT
+// The compat engine's data mover: threads that read file chunks into pinned
+// staging buffers and copy them to the GPU with cuMemcpyHtoDAsync on their
+// own streams (writes: the reverse), each thread keeping several chunks in
+// flight so that file I/O and PCIe copies overlap.  Every transfer of every
+// caller is cut into chunks whose boundaries are aligned to the file's
+// O_DIRECT block, so parallel chunks never share a block.
+#ifndef PHOENIX_LIB_COPY_POOL_HPP
+#define PHOENIX_LIB_COPY_POOL_HPP
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "aligned_io.hpp"
+#include "cuda/gpu.hpp"
+#include "staging_pool.hpp"
+
+namespace phx::detail {
+
+struct CopyPoolConfig {
+  std::size_t threads = 0;       ///< worker threads
+  std::size_t chunk = 0;         ///< bytes per chunk (one pread/pwrite, one copy)
+  std::size_t direct_chunk = 0;  ///< the same for O_DIRECT descriptors
+  std::size_t depth = 0;         ///< chunks in flight per worker (staging buffers each)
+};
+
+/// PHX_NTHREADS, PHX_CHUNK_SIZE, PHX_QUEUE_DEPTH with the compat defaults.
+/// Throws std::system_error(EINVAL) on malformed values.
+[[nodiscard]] CopyPoolConfig copy_pool_config_from_env();
+
+class CopyPool {
+ public:
+  /// Allocates all staging memory (threads x depth x chunk, pinned) and
+  /// starts the workers.  Throws std::system_error.
+  CopyPool(std::shared_ptr<const cuda::Gpu> gpu, CopyPoolConfig config);
+  ~CopyPool();
+  CopyPool(const CopyPool &) = delete;
+  CopyPool &operator=(const CopyPool &) = delete;
+  CopyPool(CopyPool &&) = delete;
+  CopyPool &operator=(CopyPool &&) = delete;
+
+  [[nodiscard]] const CopyPoolConfig &config() const noexcept { return config_; }
+
+  /// Moves @p size bytes between @p fd at @p file_offset and device memory at
+  /// @p device.  Blocks until done.  Reads stop early only at end of file.
+  [[nodiscard]] TransferResult run(Direction dir, int fd, std::uintptr_t device, std::size_t size,
+                                   std::uint64_t file_offset, const IoPolicy &policy) noexcept;
+
+  struct Job;
+
+ private:
+  struct Task {
+    Job *job = nullptr;
+    std::size_t index = 0;
+  };
+  void worker(cuda::CUstream stream, std::vector<cuda::CUevent> events,
+              std::vector<PinnedBuffer> buffers) noexcept;
+  bool take(Task &task, bool wait);
+
+  std::shared_ptr<const cuda::Gpu> gpu_;
+  CopyPoolConfig config_;
+  std::mutex mutex_;
+  std::condition_variable work_;
+  std::deque<Job *> queue_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace phx::detail
+
+#endif  // PHOENIX_LIB_COPY_POOL_HPP
