@@ -4,7 +4,8 @@
  * GPU memory is registered once; after that the file is read with a plain
  * pread() on the address phxfs_regmem() returned, so the NVMe controller
  * DMAs straight into GPU memory with no host buffer and no per-I/O library
- * call.  Needs the phxfs module (direct engine) and a GPU.
+ * call.  Needs a GPU; without the phxfs module the compat engine serves the
+ * device and the read goes through phxfs_read() (staged copies) instead.
  *
  *   paper_example FILE [BYTES]      (BYTES default 1 MiB, a multiple of 64 KiB)
  */
@@ -53,13 +54,13 @@ int main(int argc, char **argv) {
   if (phxfs_open(kDevice) != 0) {
     return fail_phx("phxfs_open");
   }
-  /* Without the module the host engine serves the device, and a GPU pointer
-   * is not host memory: pread() into it would fail with EFAULT. */
-  if (phxfs_device_engine(kDevice) != PHXFS_ENGINE_DIRECT) {
+  /* The host engine (no GPU) cannot take a GPU pointer. */
+  const phxfs_engine_t engine = phxfs_device_engine(kDevice);
+  if (engine != PHXFS_ENGINE_DIRECT && engine != PHXFS_ENGINE_COMPAT) {
     fprintf(stderr,
-            "paper_example: device %d uses the %s engine; this example needs the phxfs "
-            "module (direct engine)\n",
-            kDevice, phxfs_engine_name(phxfs_device_engine(kDevice)));
+            "paper_example: device %d uses the %s engine; this example needs a GPU (direct "
+            "engine with the phxfs module, or compat)\n",
+            kDevice, phxfs_engine_name(engine));
     (void)phxfs_close(kDevice);
     return 2;
   }
@@ -86,11 +87,20 @@ int main(int argc, char **argv) {
     goto deregister;
   }
 
-  /* The whole point: an ordinary pread into GPU memory. */
-  n = pread(fd, target, len, 0);
-  if (n < 0) {
-    fprintf(stderr, "paper_example: pread: %s\n", strerror(errno));
-    goto close_file;
+  if (engine == PHXFS_ENGINE_DIRECT) {
+    /* The whole point: an ordinary pread into GPU memory. */
+    n = pread(fd, target, len, 0);
+    if (n < 0) {
+      fprintf(stderr, "paper_example: pread: %s\n", strerror(errno));
+      goto close_file;
+    }
+  } else {
+    const phxfs_fileid_t fid = {fd, kDevice};
+    n = phxfs_read(fid, gpu, 0, len, 0);
+    if (n < 0) {
+      (void)fail_phx("phxfs_read");
+      goto close_file;
+    }
   }
   shown = (size_t)n < sizeof(head) ? (size_t)n : sizeof(head);
   cerr = cudaMemcpy(head, gpu, shown, cudaMemcpyDeviceToHost);
