@@ -4,7 +4,7 @@
 //
 // Exit status: 0 the run completed (and --verify found every byte right);
 // 1 the run failed (an I/O error, ...); 2 bad arguments, or an engine or
-// mode this build or machine cannot run (the message says which);
+// mode this build, machine or file cannot run (the message says which);
 // 3 --verify found wrong bytes.
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -273,6 +273,12 @@ int main(int argc, char **argv) {
   } catch (const std::invalid_argument &e) {
     std::cerr << "phxbench: error: " << e.what() << '\n';
     return kExitUsage;
+  } catch (const std::system_error &e) {
+    // An engine that opened but cannot serve this file (cuFile refusing a
+    // filesystem) is as unavailable as one that did not open.
+    const bool unsupported = e.code().value() == ENOTSUP;
+    std::cerr << "phxbench: " << (unsupported ? "not available: " : "failed: ") << e.what() << '\n';
+    return unsupported ? kExitUsage : kExitFailed;
   } catch (const std::exception &e) {
     std::cerr << "phxbench: failed: " << e.what() << '\n';
     return kExitFailed;
