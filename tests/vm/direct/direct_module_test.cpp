@@ -38,7 +38,9 @@ std::vector<std::byte> pattern(std::size_t n, std::uint64_t seed) {
   return v;
 }
 
-void *dev_addr(std::uint64_t offset) { return reinterpret_cast<void *>(kBase + offset); }
+void *dev_addr(std::uint64_t offset) {
+  return reinterpret_cast<void *>(kBase + offset);
+}
 
 class RealModule : public ::testing::Test {
  protected:

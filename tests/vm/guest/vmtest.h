@@ -21,8 +21,7 @@ typedef int (*vm_test_fn)(char *detail, size_t len);
 void vm_report_open(void);
 void vm_result(const char *test, int outcome, const char *detail);
 void vm_evidence_disk(int shm, uint64_t shm_off, uint64_t disk_off, uint64_t len);
-void vm_evidence_file(int shm, uint64_t shm_off, const char *path,
-		      uint64_t file_off, uint64_t len);
+void vm_evidence_file(int shm, uint64_t shm_off, const char *path, uint64_t file_off, uint64_t len);
 void vm_run(const char *test, vm_test_fn fn);
 int vm_failures(void);
 
@@ -38,16 +37,16 @@ int read_exact(int fd, void *buf, size_t len, uint64_t off);
 int write_exact(int fd, const void *buf, size_t len, uint64_t off);
 size_t first_diff(const void *a, const void *b, size_t len);
 
-#define FAILF(...)                                      \
-	do {                                            \
-		snprintf(detail, len, __VA_ARGS__);     \
-		return -1;                              \
-	} while (0)
+#define FAILF(...)                      \
+  do {                                  \
+    snprintf(detail, len, __VA_ARGS__); \
+    return -1;                          \
+  } while (0)
 
-#define EXPECT(cond, ...)                               \
-	do {                                            \
-		if (!(cond))                            \
-			FAILF(__VA_ARGS__);             \
-	} while (0)
+#define EXPECT(cond, ...) \
+  do {                    \
+    if (!(cond))          \
+      FAILF(__VA_ARGS__); \
+  } while (0)
 
 #endif

@@ -10,15 +10,14 @@
 #include "vmtest.h"
 #include "vmtest_pcibar.h"
 
-int main(int argc, char **argv)
-{
-	vm_report_open();
-	if (argc >= 2 && !strcmp(argv[1], "pcibar"))
-		return vmtest_pcibar();
-	if (argc >= 2 && !strcmp(argv[1], "many"))
-		return vmtest_many();
-	if (argc >= 3 && !strcmp(argv[1], "nvidia"))
-		return vmtest_nvidia(argv[2]);
-	fprintf(stderr, "usage: phx-vmtest pcibar | many | nvidia persistent|legacy|missing|appeared\n");
-	return 2;
+int main(int argc, char **argv) {
+  vm_report_open();
+  if (argc >= 2 && !strcmp(argv[1], "pcibar"))
+    return vmtest_pcibar();
+  if (argc >= 2 && !strcmp(argv[1], "many"))
+    return vmtest_many();
+  if (argc >= 3 && !strcmp(argv[1], "nvidia"))
+    return vmtest_nvidia(argv[2]);
+  fprintf(stderr, "usage: phx-vmtest pcibar | many | nvidia persistent|legacy|missing|appeared\n");
+  return 2;
 }

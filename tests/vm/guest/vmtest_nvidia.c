@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/fs.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -22,7 +23,6 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <linux/fs.h>
 
 #include "nvemu_uapi.h"
 #include "vmtest.h"
@@ -33,435 +33,423 @@ static uint64_t disk_size;
 static uint64_t write_next;
 static int emu = -1;
 
-static int emu_alloc(uint64_t len, uint32_t flags, struct nvemu_alloc *out)
-{
-	memset(out, 0, sizeof(*out));
-	out->length = len;
-	out->flags = flags;
-	return ioctl(emu, NVEMU_IOC_ALLOC, out) ? -errno : 0;
+static int emu_alloc(uint64_t len, uint32_t flags, struct nvemu_alloc *out) {
+  memset(out, 0, sizeof(*out));
+  out->length = len;
+  out->flags = flags;
+  return ioctl(emu, NVEMU_IOC_ALLOC, out) ? -errno : 0;
 }
 
-static int emu_free(uint64_t va)
-{
-	struct nvemu_free f = {.va = va};
+static int emu_free(uint64_t va) {
+  struct nvemu_free f = {.va = va};
 
-	return ioctl(emu, NVEMU_IOC_FREE, &f) ? -errno : 0;
+  return ioctl(emu, NVEMU_IOC_FREE, &f) ? -errno : 0;
 }
 
-static int emu_stats(struct nvemu_stats *s)
-{
-	return ioctl(emu, NVEMU_IOC_STATS, s) ? -errno : 0;
+static int emu_stats(struct nvemu_stats *s) {
+  return ioctl(emu, NVEMU_IOC_STATS, s) ? -errno : 0;
 }
 
-static int set_fault(int value)
-{
-	FILE *f = fopen("/sys/module/nvemu/parameters/fault", "w");
+static int set_fault(int value) {
+  FILE *f = fopen("/sys/module/nvemu/parameters/fault", "w");
 
-	if (!f)
-		return -errno;
-	fprintf(f, "%d\n", value);
-	return fclose(f) ? -errno : 0;
+  if (!f)
+    return -errno;
+  fprintf(f, "%d\n", value);
+  return fclose(f) ? -errno : 0;
 }
 
 /* BAR offset of byte 0 of GPU page i of an allocation. */
-static uint64_t gpu_page_bar(const struct nvemu_alloc *a, bool scatter, uint64_t i)
-{
-	uint64_t n = a->length / NVEMU_GPU_PAGE;
+static uint64_t gpu_page_bar(const struct nvemu_alloc *a, bool scatter, uint64_t i) {
+  uint64_t n = a->length / NVEMU_GPU_PAGE;
 
-	if (scatter && (i ^ 1) < n)
-		i ^= 1;
-	return a->bar_offset + i * NVEMU_GPU_PAGE;
+  if (scatter && (i ^ 1) < n)
+    i ^= 1;
+  return a->bar_offset + i * NVEMU_GPU_PAGE;
 }
 
-static int t_info(char *detail, size_t len)
-{
-	struct phxfs_info info;
-	int fd = phx_open_dev(0);
+static int t_info(char *detail, size_t len) {
+  struct phxfs_info info;
+  int fd = phx_open_dev(0);
 
-	EXPECT(fd >= 0 && !phx_get_info(fd, &info), "dev0 info: %s", strerror(errno));
-	EXPECT(info.provider == PHXFS_PROVIDER_NVIDIA && info.page_size == 64 * KiB &&
-		       !(info.flags & PHXFS_INFO_PROVIDER_MISSING),
-	       "provider %u page %u flags %#x", info.provider, info.page_size, info.flags);
-	close(fd);
-	snprintf(detail, len, "nvidia provider, 64 KiB pages, flags %#x", info.flags);
-	return 0;
+  EXPECT(fd >= 0 && !phx_get_info(fd, &info), "dev0 info: %s", strerror(errno));
+  EXPECT(info.provider == PHXFS_PROVIDER_NVIDIA && info.page_size == 64 * KiB &&
+             !(info.flags & PHXFS_INFO_PROVIDER_MISSING),
+         "provider %u page %u flags %#x", info.provider, info.page_size, info.flags);
+  close(fd);
+  snprintf(detail, len, "nvidia provider, 64 KiB pages, flags %#x", info.flags);
+  return 0;
 }
 
-static int read_into_gpu(bool scatter, uint64_t size, uint64_t disk, char *detail, size_t len)
-{
-	struct nvemu_alloc a;
-	struct phxfs_register r;
-	unsigned char *map, *ram = ram_alloc(size);
-	int fd = phx_open_dev(0), raw = open(raw_path, O_RDONLY | O_DIRECT), ret;
-	uint64_t i;
+static int read_into_gpu(bool scatter, uint64_t size, uint64_t disk, char *detail, size_t len) {
+  struct nvemu_alloc a;
+  struct phxfs_register r;
+  unsigned char *map, *ram = ram_alloc(size);
+  int fd = phx_open_dev(0), raw = open(raw_path, O_RDONLY | O_DIRECT), ret;
+  uint64_t i;
 
-	EXPECT(fd >= 0 && raw >= 0 && ram, "setup");
-	ret = emu_alloc(size, scatter ? NVEMU_ALLOC_SCATTER : 0, &a);
-	EXPECT(!ret, "cudaMalloc (emulated): %s", strerror(-ret));
-	ret = phx_register(fd, a.va, size, &r);
-	EXPECT(!ret, "register GPU va %#llx: %s", (unsigned long long)a.va, strerror(-ret));
-	map = phx_map(fd, &r);
-	EXPECT(map, "mmap: %s", strerror(errno));
-	EXPECT(!read_exact(raw, map, size, disk), "O_DIRECT read into GPU memory: %s", strerror(errno));
-	EXPECT(!read_exact(raw, ram, size, disk), "reference read");
-	EXPECT(first_diff(map, ram, size) == size, "GPU bytes differ from RAM at %zu", first_diff(map, ram, size));
-	for (i = 0; i < size / NVEMU_GPU_PAGE; i++)
-		vm_evidence_disk(0, gpu_page_bar(&a, scatter, i), disk + i * NVEMU_GPU_PAGE, NVEMU_GPU_PAGE);
-	EXPECT(!munmap(map, size) && !phx_deregister(fd, r.handle), "teardown");
-	EXPECT(!emu_free(a.va), "cudaFree");
-	close(fd);
-	close(raw);
-	free(ram);
-	snprintf(detail, len, "%llu bytes into %s GPU pages at va %#llx", (unsigned long long)size,
-		 scatter ? "scattered" : "contiguous", (unsigned long long)a.va);
-	return 0;
+  EXPECT(fd >= 0 && raw >= 0 && ram, "setup");
+  ret = emu_alloc(size, scatter ? NVEMU_ALLOC_SCATTER : 0, &a);
+  EXPECT(!ret, "cudaMalloc (emulated): %s", strerror(-ret));
+  ret = phx_register(fd, a.va, size, &r);
+  EXPECT(!ret, "register GPU va %#llx: %s", (unsigned long long)a.va, strerror(-ret));
+  map = phx_map(fd, &r);
+  EXPECT(map, "mmap: %s", strerror(errno));
+  EXPECT(!read_exact(raw, map, size, disk), "O_DIRECT read into GPU memory: %s", strerror(errno));
+  EXPECT(!read_exact(raw, ram, size, disk), "reference read");
+  EXPECT(first_diff(map, ram, size) == size, "GPU bytes differ from RAM at %zu",
+         first_diff(map, ram, size));
+  for (i = 0; i < size / NVEMU_GPU_PAGE; i++)
+    vm_evidence_disk(0, gpu_page_bar(&a, scatter, i), disk + i * NVEMU_GPU_PAGE, NVEMU_GPU_PAGE);
+  EXPECT(!munmap(map, size) && !phx_deregister(fd, r.handle), "teardown");
+  EXPECT(!emu_free(a.va), "cudaFree");
+  close(fd);
+  close(raw);
+  free(ram);
+  snprintf(detail, len, "%llu bytes into %s GPU pages at va %#llx", (unsigned long long)size,
+           scatter ? "scattered" : "contiguous", (unsigned long long)a.va);
+  return 0;
 }
 
-static int t_read_scattered(char *detail, size_t len)
-{
-	return read_into_gpu(true, 1 * MiB, 20 * MiB, detail, len);
+static int t_read_scattered(char *detail, size_t len) {
+  return read_into_gpu(true, 1 * MiB, 20 * MiB, detail, len);
 }
 
-static int t_read_4m(char *detail, size_t len)
-{
-	return read_into_gpu(false, 4 * MiB, 40 * MiB, detail, len);
+static int t_read_4m(char *detail, size_t len) {
+  return read_into_gpu(false, 4 * MiB, 40 * MiB, detail, len);
 }
 
-static int t_write(char *detail, size_t len)
-{
-	const uint64_t size = 2 * MiB;
-	struct nvemu_alloc a;
-	struct phxfs_register r;
-	unsigned char *map, *ram = ram_alloc(size);
-	int fd = phx_open_dev(0), raw = open(raw_path, O_RDWR | O_DIRECT), ret;
-	uint64_t disk = write_next, i;
+static int t_write(char *detail, size_t len) {
+  const uint64_t size = 2 * MiB;
+  struct nvemu_alloc a;
+  struct phxfs_register r;
+  unsigned char *map, *ram = ram_alloc(size);
+  int fd = phx_open_dev(0), raw = open(raw_path, O_RDWR | O_DIRECT), ret;
+  uint64_t disk = write_next, i;
 
-	write_next += size;
-	EXPECT(fd >= 0 && raw >= 0 && ram && write_next <= disk_size, "setup");
-	EXPECT(!(ret = emu_alloc(size, NVEMU_ALLOC_SCATTER, &a)), "alloc: %s", strerror(-ret));
-	EXPECT(!(ret = phx_register(fd, a.va, size, &r)), "register: %s", strerror(-ret));
-	map = phx_map(fd, &r);
-	EXPECT(map, "mmap");
-	pattern_fill(map, size, 0x6e76);
-	EXPECT(!write_exact(raw, map, size, disk), "O_DIRECT write from GPU memory: %s", strerror(errno));
-	EXPECT(!read_exact(raw, ram, size, disk), "read back");
-	EXPECT(first_diff(map, ram, size) == size, "disk differs from GPU memory");
-	for (i = 0; i < size / NVEMU_GPU_PAGE; i++)
-		vm_evidence_disk(0, gpu_page_bar(&a, true, i), disk + i * NVEMU_GPU_PAGE, NVEMU_GPU_PAGE);
-	EXPECT(!munmap(map, size) && !phx_deregister(fd, r.handle) && !emu_free(a.va), "teardown");
-	close(fd);
-	close(raw);
-	free(ram);
-	snprintf(detail, len, "2 MiB from scattered GPU pages to disk %llu", (unsigned long long)disk);
-	return 0;
+  write_next += size;
+  EXPECT(fd >= 0 && raw >= 0 && ram && write_next <= disk_size, "setup");
+  EXPECT(!(ret = emu_alloc(size, NVEMU_ALLOC_SCATTER, &a)), "alloc: %s", strerror(-ret));
+  EXPECT(!(ret = phx_register(fd, a.va, size, &r)), "register: %s", strerror(-ret));
+  map = phx_map(fd, &r);
+  EXPECT(map, "mmap");
+  pattern_fill(map, size, 0x6e76);
+  EXPECT(!write_exact(raw, map, size, disk), "O_DIRECT write from GPU memory: %s", strerror(errno));
+  EXPECT(!read_exact(raw, ram, size, disk), "read back");
+  EXPECT(first_diff(map, ram, size) == size, "disk differs from GPU memory");
+  for (i = 0; i < size / NVEMU_GPU_PAGE; i++)
+    vm_evidence_disk(0, gpu_page_bar(&a, true, i), disk + i * NVEMU_GPU_PAGE, NVEMU_GPU_PAGE);
+  EXPECT(!munmap(map, size) && !phx_deregister(fd, r.handle) && !emu_free(a.va), "teardown");
+  close(fd);
+  close(raw);
+  free(ram);
+  snprintf(detail, len, "2 MiB from scattered GPU pages to disk %llu", (unsigned long long)disk);
+  return 0;
 }
 
-static int t_bad_input(char *detail, size_t len)
-{
-	struct nvemu_alloc a;
-	struct nvemu_stats before, after;
-	struct phxfs_register r;
-	int fd = phx_open_dev(0), ret;
+static int t_bad_input(char *detail, size_t len) {
+  struct nvemu_alloc a;
+  struct nvemu_stats before, after;
+  struct phxfs_register r;
+  int fd = phx_open_dev(0), ret;
 
-	EXPECT(fd >= 0 && !emu_stats(&before), "setup");
-	EXPECT(!emu_alloc(1 * MiB, 0, &a), "alloc");
-	EXPECT((ret = phx_register(fd, a.va + 4096, 64 * KiB, &r)) == -EINVAL, "va not 64K aligned: %d", ret);
-	EXPECT((ret = phx_register(fd, a.va, 4096, &r)) == -EINVAL, "length not 64K multiple: %d", ret);
-	EXPECT((ret = phx_register(fd, a.va, 2 * MiB, &r)) == -EINVAL, "past the allocation: %d", ret);
-	EXPECT((ret = phx_register(fd, 0x1230000, 64 * KiB, &r)) == -EINVAL, "not device memory: %d", ret);
-	EXPECT(!emu_free(a.va) && !emu_stats(&after), "free");
-	EXPECT(after.pins_live == before.pins_live && after.allocs_live == before.allocs_live,
-	       "pins %llu->%llu allocs %llu->%llu", (unsigned long long)before.pins_live,
-	       (unsigned long long)after.pins_live, (unsigned long long)before.allocs_live,
-	       (unsigned long long)after.allocs_live);
-	close(fd);
-	snprintf(detail, len, "misaligned, short, overlong and foreign ranges refused, no pin left");
-	return 0;
+  EXPECT(fd >= 0 && !emu_stats(&before), "setup");
+  EXPECT(!emu_alloc(1 * MiB, 0, &a), "alloc");
+  EXPECT((ret = phx_register(fd, a.va + 4096, 64 * KiB, &r)) == -EINVAL, "va not 64K aligned: %d",
+         ret);
+  EXPECT((ret = phx_register(fd, a.va, 4096, &r)) == -EINVAL, "length not 64K multiple: %d", ret);
+  EXPECT((ret = phx_register(fd, a.va, 2 * MiB, &r)) == -EINVAL, "past the allocation: %d", ret);
+  EXPECT((ret = phx_register(fd, 0x1230000, 64 * KiB, &r)) == -EINVAL, "not device memory: %d",
+         ret);
+  EXPECT(!emu_free(a.va) && !emu_stats(&after), "free");
+  EXPECT(after.pins_live == before.pins_live && after.allocs_live == before.allocs_live,
+         "pins %llu->%llu allocs %llu->%llu", (unsigned long long)before.pins_live,
+         (unsigned long long)after.pins_live, (unsigned long long)before.allocs_live,
+         (unsigned long long)after.allocs_live);
+  close(fd);
+  snprintf(detail, len, "misaligned, short, overlong and foreign ranges refused, no pin left");
+  return 0;
 }
 
-static int t_table_checks(char *detail, size_t len)
-{
-	static const int want[] = {0, -EPROTO, -EIO, -EIO, -ENOMEM};
-	struct nvemu_alloc a;
-	struct nvemu_stats before, after;
-	struct phxfs_register r;
-	int fd = phx_open_dev(0), f, ret;
+static int t_table_checks(char *detail, size_t len) {
+  static const int want[] = {0, -EPROTO, -EIO, -EIO, -ENOMEM};
+  struct nvemu_alloc a;
+  struct nvemu_stats before, after;
+  struct phxfs_register r;
+  int fd = phx_open_dev(0), f, ret;
 
-	EXPECT(fd >= 0 && !emu_stats(&before), "setup");
-	EXPECT(!emu_alloc(256 * KiB, 0, &a), "alloc");
-	for (f = 1; f <= 4; f++) {
-		EXPECT(!set_fault(f), "set fault");
-		ret = phx_register(fd, a.va, 256 * KiB, &r);
-		set_fault(0);
-		EXPECT(ret == want[f], "fault %d: register returned %d, want %d", f, ret, want[f]);
-	}
-	EXPECT(!emu_free(a.va) && !emu_stats(&after), "free");
-	EXPECT(after.pins_live == before.pins_live, "pins leaked: %llu -> %llu",
-	       (unsigned long long)before.pins_live, (unsigned long long)after.pins_live);
-	close(fd);
-	snprintf(detail, len, "bad version, page size, out-of-BAR page and ENOMEM refused; pins released");
-	return 0;
+  EXPECT(fd >= 0 && !emu_stats(&before), "setup");
+  EXPECT(!emu_alloc(256 * KiB, 0, &a), "alloc");
+  for (f = 1; f <= 4; f++) {
+    EXPECT(!set_fault(f), "set fault");
+    ret = phx_register(fd, a.va, 256 * KiB, &r);
+    set_fault(0);
+    EXPECT(ret == want[f], "fault %d: register returned %d, want %d", f, ret, want[f]);
+  }
+  EXPECT(!emu_free(a.va) && !emu_stats(&after), "free");
+  EXPECT(after.pins_live == before.pins_live, "pins leaked: %llu -> %llu",
+         (unsigned long long)before.pins_live, (unsigned long long)after.pins_live);
+  close(fd);
+  snprintf(detail, len,
+           "bad version, page size, out-of-BAR page and ENOMEM refused; pins released");
+  return 0;
 }
 
-static int t_free_while_pinned(char *detail, size_t len)
-{
-	struct nvemu_alloc a;
-	struct nvemu_stats before, mid, after;
-	struct phxfs_register r;
-	unsigned char *map, *ram = ram_alloc(1 * MiB);
-	int fd = phx_open_dev(0), raw = open(raw_path, O_RDONLY | O_DIRECT);
+static int t_free_while_pinned(char *detail, size_t len) {
+  struct nvemu_alloc a;
+  struct nvemu_stats before, mid, after;
+  struct phxfs_register r;
+  unsigned char *map, *ram = ram_alloc(1 * MiB);
+  int fd = phx_open_dev(0), raw = open(raw_path, O_RDONLY | O_DIRECT);
 
-	EXPECT(fd >= 0 && raw >= 0 && ram && !emu_stats(&before), "setup");
-	EXPECT(!emu_alloc(1 * MiB, 0, &a) && !phx_register(fd, a.va, 1 * MiB, &r), "alloc+register");
-	map = phx_map(fd, &r);
-	EXPECT(map, "map");
-	EXPECT(!emu_free(a.va) && !emu_stats(&mid), "cudaFree while pinned");
-	EXPECT(mid.deferred_frees == before.deferred_frees + 1 && mid.callbacks == before.callbacks,
-	       "persistent pin: free should be deferred (deferred %llu callbacks %llu)",
-	       (unsigned long long)mid.deferred_frees, (unsigned long long)mid.callbacks);
-	EXPECT(!read_exact(raw, map, 1 * MiB, 7 * MiB) && !read_exact(raw, ram, 1 * MiB, 7 * MiB) &&
-		       !memcmp(ram, map, 1 * MiB),
-	       "pinned memory stays usable after cudaFree");
-	EXPECT(!munmap(map, 1 * MiB) && !phx_deregister(fd, r.handle) && !emu_stats(&after), "teardown");
-	EXPECT(after.pins_live == before.pins_live && after.allocs_live == before.allocs_live,
-	       "deferred free not completed: pins %llu allocs %llu", (unsigned long long)after.pins_live,
-	       (unsigned long long)after.allocs_live);
-	close(fd);
-	close(raw);
-	snprintf(detail, len, "persistent pin outlives cudaFree; deregister releases both");
-	return 0;
+  EXPECT(fd >= 0 && raw >= 0 && ram && !emu_stats(&before), "setup");
+  EXPECT(!emu_alloc(1 * MiB, 0, &a) && !phx_register(fd, a.va, 1 * MiB, &r), "alloc+register");
+  map = phx_map(fd, &r);
+  EXPECT(map, "map");
+  EXPECT(!emu_free(a.va) && !emu_stats(&mid), "cudaFree while pinned");
+  EXPECT(mid.deferred_frees == before.deferred_frees + 1 && mid.callbacks == before.callbacks,
+         "persistent pin: free should be deferred (deferred %llu callbacks %llu)",
+         (unsigned long long)mid.deferred_frees, (unsigned long long)mid.callbacks);
+  EXPECT(!read_exact(raw, map, 1 * MiB, 7 * MiB) && !read_exact(raw, ram, 1 * MiB, 7 * MiB) &&
+             !memcmp(ram, map, 1 * MiB),
+         "pinned memory stays usable after cudaFree");
+  EXPECT(!munmap(map, 1 * MiB) && !phx_deregister(fd, r.handle) && !emu_stats(&after), "teardown");
+  EXPECT(after.pins_live == before.pins_live && after.allocs_live == before.allocs_live,
+         "deferred free not completed: pins %llu allocs %llu", (unsigned long long)after.pins_live,
+         (unsigned long long)after.allocs_live);
+  close(fd);
+  close(raw);
+  snprintf(detail, len, "persistent pin outlives cudaFree; deregister releases both");
+  return 0;
 }
 
-static int t_rmmod_provider_while_pinned(char *detail, size_t len)
-{
-	struct nvemu_alloc a;
-	struct phxfs_register r;
-	int fd = phx_open_dev(0), ret;
+static int t_rmmod_provider_while_pinned(char *detail, size_t len) {
+  struct nvemu_alloc a;
+  struct phxfs_register r;
+  int fd = phx_open_dev(0), ret;
 
-	EXPECT(fd >= 0 && !emu_alloc(64 * KiB, 0, &a) && !phx_register(fd, a.va, 64 * KiB, &r), "setup");
-	ret = (int)syscall(SYS_delete_module, "nvemu", O_NONBLOCK);
-	EXPECT(ret != 0 && (errno == EWOULDBLOCK || errno == EBUSY), "rmmod nvemu with a pin: %d errno %d",
-	       ret, errno);
-	EXPECT(!phx_deregister(fd, r.handle) && !emu_free(a.va), "teardown");
-	close(fd);
-	snprintf(detail, len, "the NVIDIA driver cannot go while phxfs pins its memory");
-	return 0;
+  EXPECT(fd >= 0 && !emu_alloc(64 * KiB, 0, &a) && !phx_register(fd, a.va, 64 * KiB, &r), "setup");
+  ret = (int)syscall(SYS_delete_module, "nvemu", O_NONBLOCK);
+  EXPECT(ret != 0 && (errno == EWOULDBLOCK || errno == EBUSY),
+         "rmmod nvemu with a pin: %d errno %d", ret, errno);
+  EXPECT(!phx_deregister(fd, r.handle) && !emu_free(a.va), "teardown");
+  close(fd);
+  snprintf(detail, len, "the NVIDIA driver cannot go while phxfs pins its memory");
+  return 0;
 }
 
-static int t_exit_with_pins(char *detail, size_t len)
-{
-	struct nvemu_stats before, after;
-	struct phxfs_info info;
-	int status, fd;
-	pid_t pid;
+static int t_exit_with_pins(char *detail, size_t len) {
+  struct nvemu_stats before, after;
+  struct phxfs_info info;
+  int status, fd;
+  pid_t pid;
 
-	EXPECT(!emu_stats(&before), "stats");
-	pid = fork();
-	EXPECT(pid >= 0, "fork");
-	if (pid == 0) {
-		struct nvemu_alloc a;
-		struct phxfs_register r;
-		int e = open("/dev/nvemu", O_RDWR), cfd = phx_open_dev(0);
+  EXPECT(!emu_stats(&before), "stats");
+  pid = fork();
+  EXPECT(pid >= 0, "fork");
+  if (pid == 0) {
+    struct nvemu_alloc a;
+    struct phxfs_register r;
+    int e = open("/dev/nvemu", O_RDWR), cfd = phx_open_dev(0);
 
-		emu = e;
-		if (e < 0 || cfd < 0 || emu_alloc(1 * MiB, 0, &a) || phx_register(cfd, a.va, 1 * MiB, &r) ||
-		    !phx_map(cfd, &r))
-			_exit(2);
-		raise(SIGKILL);
-	}
-	EXPECT(waitpid(pid, &status, 0) == pid && WIFSIGNALED(status), "child status %#x", status);
-	fd = phx_open_dev(0);
-	EXPECT(fd >= 0, "open");
-	for (int i = 0; i < 300; i++) {
-		/* A killed process's teardown may finish in the background. */
-		if (!phx_get_info(fd, &info) && info.regs_live == 0)
-			break;
-		usleep(10000);
-	}
-	EXPECT(!phx_get_info(fd, &info) && !emu_stats(&after), "info");
-	EXPECT(info.regs_live == 0 && after.pins_live == before.pins_live && after.allocs_live == before.allocs_live,
-	       "after exit: regs %llu pins %llu allocs %llu", (unsigned long long)info.regs_live,
-	       (unsigned long long)after.pins_live, (unsigned long long)after.allocs_live);
-	close(fd);
-	snprintf(detail, len, "process killed holding GPU memory and a registration: nothing left");
-	return 0;
+    emu = e;
+    if (e < 0 || cfd < 0 || emu_alloc(1 * MiB, 0, &a) || phx_register(cfd, a.va, 1 * MiB, &r) ||
+        !phx_map(cfd, &r))
+      _exit(2);
+    raise(SIGKILL);
+  }
+  EXPECT(waitpid(pid, &status, 0) == pid && WIFSIGNALED(status), "child status %#x", status);
+  fd = phx_open_dev(0);
+  EXPECT(fd >= 0, "open");
+  for (int i = 0; i < 300; i++) {
+    /* A killed process's teardown may finish in the background. */
+    if (!phx_get_info(fd, &info) && info.regs_live == 0)
+      break;
+    usleep(10000);
+  }
+  EXPECT(!phx_get_info(fd, &info) && !emu_stats(&after), "info");
+  EXPECT(info.regs_live == 0 && after.pins_live == before.pins_live &&
+             after.allocs_live == before.allocs_live,
+         "after exit: regs %llu pins %llu allocs %llu", (unsigned long long)info.regs_live,
+         (unsigned long long)after.pins_live, (unsigned long long)after.allocs_live);
+  close(fd);
+  snprintf(detail, len, "process killed holding GPU memory and a registration: nothing left");
+  return 0;
 }
 
 static sigjmp_buf jump;
 
-static void on_signal(int sig)
-{
-	siglongjmp(jump, sig);
+static void on_signal(int sig) {
+  siglongjmp(jump, sig);
 }
 
-static int touch_signal(volatile unsigned char *p)
-{
-	struct sigaction sa = {.sa_handler = on_signal}, ob, os;
-	int sig;
+static int touch_signal(volatile unsigned char *p) {
+  struct sigaction sa = {.sa_handler = on_signal}, ob, os;
+  int sig;
 
-	sigaction(SIGBUS, &sa, &ob);
-	sigaction(SIGSEGV, &sa, &os);
-	sig = sigsetjmp(jump, 1);
-	if (!sig)
-		(void)*p;
-	sigaction(SIGBUS, &ob, NULL);
-	sigaction(SIGSEGV, &os, NULL);
-	return sig;
+  sigaction(SIGBUS, &sa, &ob);
+  sigaction(SIGSEGV, &sa, &os);
+  sig = sigsetjmp(jump, 1);
+  if (!sig)
+    (void)*p;
+  sigaction(SIGBUS, &ob, NULL);
+  sigaction(SIGSEGV, &os, NULL);
+  return sig;
 }
 
-static int t_legacy_callback(char *detail, size_t len)
-{
-	struct nvemu_alloc a;
-	struct nvemu_stats before, after;
-	struct phxfs_register r;
-	struct phxfs_info i0, i1;
-	unsigned char *map;
-	int fd = phx_open_dev(0), raw = open(raw_path, O_RDONLY | O_DIRECT), sig;
-	ssize_t n;
+static int t_legacy_callback(char *detail, size_t len) {
+  struct nvemu_alloc a;
+  struct nvemu_stats before, after;
+  struct phxfs_register r;
+  struct phxfs_info i0, i1;
+  unsigned char *map;
+  int fd = phx_open_dev(0), raw = open(raw_path, O_RDONLY | O_DIRECT), sig;
+  ssize_t n;
 
-	EXPECT(fd >= 0 && raw >= 0 && !emu_stats(&before) && !phx_get_info(fd, &i0), "setup");
-	EXPECT(!emu_alloc(1 * MiB, 0, &a) && !phx_register(fd, a.va, 1 * MiB, &r), "alloc+register");
-	map = phx_map(fd, &r);
-	EXPECT(map, "map");
-	EXPECT(!emu_free(a.va), "cudaFree");
-	EXPECT(!emu_stats(&after) && after.callbacks == before.callbacks + 1 && after.pins_live == before.pins_live,
-	       "callback %llu->%llu pins %llu", (unsigned long long)before.callbacks,
-	       (unsigned long long)after.callbacks, (unsigned long long)after.pins_live);
-	EXPECT(!phx_get_info(fd, &i1) && i1.revocations == i0.revocations + 1 && i1.regs_live == 0 &&
-		       i1.pages_mapped == 0,
-	       "revocations %llu live %llu mapped %llu", (unsigned long long)i1.revocations,
-	       (unsigned long long)i1.regs_live, (unsigned long long)i1.pages_mapped);
-	sig = touch_signal(map);
-	EXPECT(sig == SIGBUS, "touching freed GPU memory gave signal %d", sig);
-	n = pread(raw, map, 64 * KiB, 0);
-	EXPECT(n < 0 && errno == EFAULT, "I/O into freed GPU memory: %zd errno %d", n, errno);
-	EXPECT(!phx_deregister(fd, r.handle), "deregister after revocation");
-	EXPECT(!munmap(map, 1 * MiB), "munmap");
-	close(fd);
-	close(raw);
-	snprintf(detail, len, "cudaFree fired the callback: mapping revoked, table freed, handle still valid");
-	return 0;
+  EXPECT(fd >= 0 && raw >= 0 && !emu_stats(&before) && !phx_get_info(fd, &i0), "setup");
+  EXPECT(!emu_alloc(1 * MiB, 0, &a) && !phx_register(fd, a.va, 1 * MiB, &r), "alloc+register");
+  map = phx_map(fd, &r);
+  EXPECT(map, "map");
+  EXPECT(!emu_free(a.va), "cudaFree");
+  EXPECT(!emu_stats(&after) && after.callbacks == before.callbacks + 1 &&
+             after.pins_live == before.pins_live,
+         "callback %llu->%llu pins %llu", (unsigned long long)before.callbacks,
+         (unsigned long long)after.callbacks, (unsigned long long)after.pins_live);
+  EXPECT(!phx_get_info(fd, &i1) && i1.revocations == i0.revocations + 1 && i1.regs_live == 0 &&
+             i1.pages_mapped == 0,
+         "revocations %llu live %llu mapped %llu", (unsigned long long)i1.revocations,
+         (unsigned long long)i1.regs_live, (unsigned long long)i1.pages_mapped);
+  sig = touch_signal(map);
+  EXPECT(sig == SIGBUS, "touching freed GPU memory gave signal %d", sig);
+  n = pread(raw, map, 64 * KiB, 0);
+  EXPECT(n < 0 && errno == EFAULT, "I/O into freed GPU memory: %zd errno %d", n, errno);
+  EXPECT(!phx_deregister(fd, r.handle), "deregister after revocation");
+  EXPECT(!munmap(map, 1 * MiB), "munmap");
+  close(fd);
+  close(raw);
+  snprintf(detail, len,
+           "cudaFree fired the callback: mapping revoked, table freed, handle still valid");
+  return 0;
 }
 
 struct inflight {
-	int raw;
-	unsigned char *map;
-	uint64_t size;
-	ssize_t result;
-	int err;
+  int raw;
+  unsigned char *map;
+  uint64_t size;
+  ssize_t result;
+  int err;
 };
 
-static void *reader(void *p)
-{
-	struct inflight *f = p;
+static void *reader(void *p) {
+  struct inflight *f = p;
 
-	f->result = pread(f->raw, f->map, f->size, 0);
-	f->err = errno;
-	return NULL;
+  f->result = pread(f->raw, f->map, f->size, 0);
+  f->err = errno;
+  return NULL;
 }
 
-static int t_legacy_callback_during_io(char *detail, size_t len)
-{
-	const uint64_t size = 16 * MiB;
-	struct nvemu_alloc a;
-	struct nvemu_stats before, after;
-	struct phxfs_register r;
-	struct inflight f;
-	pthread_t th;
-	int fd = phx_open_dev(0), ret;
+static int t_legacy_callback_during_io(char *detail, size_t len) {
+  const uint64_t size = 16 * MiB;
+  struct nvemu_alloc a;
+  struct nvemu_stats before, after;
+  struct phxfs_register r;
+  struct inflight f;
+  pthread_t th;
+  int fd = phx_open_dev(0), ret;
 
-	EXPECT(fd >= 0 && !emu_stats(&before), "setup");
-	EXPECT(!emu_alloc(size, NVEMU_ALLOC_SCATTER, &a) && !phx_register(fd, a.va, size, &r), "alloc+register");
-	f = (struct inflight){.raw = open(raw_path, O_RDONLY | O_DIRECT), .map = phx_map(fd, &r), .size = size};
-	EXPECT(f.raw >= 0 && f.map, "open+map");
-	EXPECT(!pthread_create(&th, NULL, reader, &f), "thread");
-	usleep(2000);
-	ret = emu_free(a.va);
-	pthread_join(th, NULL);
-	EXPECT(!ret, "cudaFree during I/O: %s", strerror(-ret));
-	EXPECT(f.result >= 0 || f.err == EFAULT, "read: %zd errno %d", f.result, f.err);
-	EXPECT(!emu_stats(&after) && after.pins_live == before.pins_live && after.callbacks == before.callbacks + 1,
-	       "pins %llu callbacks %llu", (unsigned long long)after.pins_live, (unsigned long long)after.callbacks);
-	EXPECT(!phx_deregister(fd, r.handle) && !munmap(f.map, size), "teardown");
-	close(fd);
-	close(f.raw);
-	snprintf(detail, len, "callback waited for the in-flight read (returned %zd)", f.result);
-	return 0;
+  EXPECT(fd >= 0 && !emu_stats(&before), "setup");
+  EXPECT(!emu_alloc(size, NVEMU_ALLOC_SCATTER, &a) && !phx_register(fd, a.va, size, &r),
+         "alloc+register");
+  f = (struct inflight){
+      .raw = open(raw_path, O_RDONLY | O_DIRECT), .map = phx_map(fd, &r), .size = size};
+  EXPECT(f.raw >= 0 && f.map, "open+map");
+  EXPECT(!pthread_create(&th, NULL, reader, &f), "thread");
+  usleep(2000);
+  ret = emu_free(a.va);
+  pthread_join(th, NULL);
+  EXPECT(!ret, "cudaFree during I/O: %s", strerror(-ret));
+  EXPECT(f.result >= 0 || f.err == EFAULT, "read: %zd errno %d", f.result, f.err);
+  EXPECT(!emu_stats(&after) && after.pins_live == before.pins_live &&
+             after.callbacks == before.callbacks + 1,
+         "pins %llu callbacks %llu", (unsigned long long)after.pins_live,
+         (unsigned long long)after.callbacks);
+  EXPECT(!phx_deregister(fd, r.handle) && !munmap(f.map, size), "teardown");
+  close(fd);
+  close(f.raw);
+  snprintf(detail, len, "callback waited for the in-flight read (returned %zd)", f.result);
+  return 0;
 }
 
-static int t_legacy_deregister(char *detail, size_t len)
-{
-	struct nvemu_stats before, after;
-	char inner[256] = "";
-	int ret;
+static int t_legacy_deregister(char *detail, size_t len) {
+  struct nvemu_stats before, after;
+  char inner[256] = "";
+  int ret;
 
-	EXPECT(!emu_stats(&before), "stats");
-	ret = read_into_gpu(false, 1 * MiB, 60 * MiB, inner, sizeof(inner));
-	EXPECT(!ret, "%s", inner);
-	EXPECT(!emu_stats(&after) && after.callbacks == before.callbacks &&
-		       after.legacy_pins == before.legacy_pins + 1 && after.pins_live == before.pins_live,
-	       "legacy pins %llu callbacks %llu live %llu", (unsigned long long)after.legacy_pins,
-	       (unsigned long long)after.callbacks, (unsigned long long)after.pins_live);
-	snprintf(detail, len, "legacy pin released with put_pages: %s", inner);
-	return 0;
+  EXPECT(!emu_stats(&before), "stats");
+  ret = read_into_gpu(false, 1 * MiB, 60 * MiB, inner, sizeof(inner));
+  EXPECT(!ret, "%s", inner);
+  EXPECT(!emu_stats(&after) && after.callbacks == before.callbacks &&
+             after.legacy_pins == before.legacy_pins + 1 && after.pins_live == before.pins_live,
+         "legacy pins %llu callbacks %llu live %llu", (unsigned long long)after.legacy_pins,
+         (unsigned long long)after.callbacks, (unsigned long long)after.pins_live);
+  snprintf(detail, len, "legacy pin released with put_pages: %s", inner);
+  return 0;
 }
 
-static int t_missing(char *detail, size_t len)
-{
-	struct phxfs_info info;
-	struct phxfs_register r;
-	int fd = phx_open_dev(0), ret;
+static int t_missing(char *detail, size_t len) {
+  struct phxfs_info info;
+  struct phxfs_register r;
+  int fd = phx_open_dev(0), ret;
 
-	EXPECT(fd >= 0 && !phx_get_info(fd, &info), "info");
-	EXPECT(info.provider == PHXFS_PROVIDER_NVIDIA && (info.flags & PHXFS_INFO_PROVIDER_MISSING),
-	       "flags %#x: PROVIDER_MISSING expected without the NVIDIA driver", info.flags);
-	ret = phx_register(fd, NVEMU_VA_BASE, 64 * KiB, &r);
-	EXPECT(ret == -ENODEV, "register without the driver: %d, want ENODEV", ret);
-	close(fd);
-	snprintf(detail, len, "phxfs loaded first: GET_INFO says the driver is missing, REGISTER ENODEV");
-	return 0;
+  EXPECT(fd >= 0 && !phx_get_info(fd, &info), "info");
+  EXPECT(info.provider == PHXFS_PROVIDER_NVIDIA && (info.flags & PHXFS_INFO_PROVIDER_MISSING),
+         "flags %#x: PROVIDER_MISSING expected without the NVIDIA driver", info.flags);
+  ret = phx_register(fd, NVEMU_VA_BASE, 64 * KiB, &r);
+  EXPECT(ret == -ENODEV, "register without the driver: %d, want ENODEV", ret);
+  close(fd);
+  snprintf(detail, len, "phxfs loaded first: GET_INFO says the driver is missing, REGISTER ENODEV");
+  return 0;
 }
 
-int vmtest_nvidia(const char *mode)
-{
-	int raw;
+int vmtest_nvidia(const char *mode) {
+  int raw;
 
-	raw_path = getenv("PHX_RAW_DEV");
-	raw = raw_path ? open(raw_path, O_RDONLY) : -1;
-	if (raw < 0 || ioctl(raw, BLKGETSIZE64, &disk_size)) {
-		vm_result("nvidia/setup", -1, "PHX_RAW_DEV missing");
-		return 1;
-	}
-	close(raw);
-	write_next = disk_size / 8 * 7 + (strcmp(mode, "legacy") ? 0 : 8 * MiB);
+  raw_path = getenv("PHX_RAW_DEV");
+  raw = raw_path ? open(raw_path, O_RDONLY) : -1;
+  if (raw < 0 || ioctl(raw, BLKGETSIZE64, &disk_size)) {
+    vm_result("nvidia/setup", -1, "PHX_RAW_DEV missing");
+    return 1;
+  }
+  close(raw);
+  write_next = disk_size / 8 * 7 + (strcmp(mode, "legacy") ? 0 : 8 * MiB);
 
-	if (!strcmp(mode, "missing")) {
-		vm_run("nvidia/load_order_missing", t_missing);
-		return vm_failures() ? 1 : 0;
-	}
-	emu = open("/dev/nvemu", O_RDWR);
-	if (emu < 0) {
-		vm_result("nvidia/setup", -1, "/dev/nvemu missing");
-		return 1;
-	}
-	if (!strcmp(mode, "appeared")) {
-		vm_run("nvidia/load_order_appeared_info", t_info);
-		vm_run("nvidia/load_order_appeared_read", t_read_scattered);
-	} else if (!strcmp(mode, "legacy")) {
-		vm_run("nvidia/legacy_deregister", t_legacy_deregister);
-		vm_run("nvidia/legacy_free_callback", t_legacy_callback);
-		vm_run("nvidia/legacy_free_callback_during_io", t_legacy_callback_during_io);
-	} else {
-		vm_run("nvidia/info", t_info);
-		vm_run("nvidia/read_scattered_pages", t_read_scattered);
-		vm_run("nvidia/read_4m", t_read_4m);
-		vm_run("nvidia/write", t_write);
-		vm_run("nvidia/bad_input", t_bad_input);
-		vm_run("nvidia/page_table_checks", t_table_checks);
-		vm_run("nvidia/persistent_free_while_pinned", t_free_while_pinned);
-		vm_run("nvidia/rmmod_provider_while_pinned", t_rmmod_provider_while_pinned);
-		vm_run("nvidia/exit_with_pins", t_exit_with_pins);
-	}
-	close(emu);
-	return vm_failures() ? 1 : 0;
+  if (!strcmp(mode, "missing")) {
+    vm_run("nvidia/load_order_missing", t_missing);
+    return vm_failures() ? 1 : 0;
+  }
+  emu = open("/dev/nvemu", O_RDWR);
+  if (emu < 0) {
+    vm_result("nvidia/setup", -1, "/dev/nvemu missing");
+    return 1;
+  }
+  if (!strcmp(mode, "appeared")) {
+    vm_run("nvidia/load_order_appeared_info", t_info);
+    vm_run("nvidia/load_order_appeared_read", t_read_scattered);
+  } else if (!strcmp(mode, "legacy")) {
+    vm_run("nvidia/legacy_deregister", t_legacy_deregister);
+    vm_run("nvidia/legacy_free_callback", t_legacy_callback);
+    vm_run("nvidia/legacy_free_callback_during_io", t_legacy_callback_during_io);
+  } else {
+    vm_run("nvidia/info", t_info);
+    vm_run("nvidia/read_scattered_pages", t_read_scattered);
+    vm_run("nvidia/read_4m", t_read_4m);
+    vm_run("nvidia/write", t_write);
+    vm_run("nvidia/bad_input", t_bad_input);
+    vm_run("nvidia/page_table_checks", t_table_checks);
+    vm_run("nvidia/persistent_free_while_pinned", t_free_while_pinned);
+    vm_run("nvidia/rmmod_provider_while_pinned", t_rmmod_provider_while_pinned);
+    vm_run("nvidia/exit_with_pins", t_exit_with_pins);
+  }
+  close(emu);
+  return vm_failures() ? 1 : 0;
 }

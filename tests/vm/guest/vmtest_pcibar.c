@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
+#include <linux/fs.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -27,7 +28,6 @@
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <linux/fs.h>
 
 #include "vmtest.h"
 #include "vmtest_pcibar.h"
@@ -41,166 +41,155 @@ static uint64_t bar_next[2];
 static uint64_t write_next;
 static uint64_t seed = 1;
 
-static int bar_alloc(int dev, uint64_t len, uint64_t *off)
-{
-	if (bar_next[dev] + len > GROUP_BAR_BYTES)
-		return -ENOSPC;
-	*off = bar_next[dev];
-	bar_next[dev] += (len + 4095) & ~4095ULL;
-	return 0;
+static int bar_alloc(int dev, uint64_t len, uint64_t *off) {
+  if (bar_next[dev] + len > GROUP_BAR_BYTES)
+    return -ENOSPC;
+  *off = bar_next[dev];
+  bar_next[dev] += (len + 4095) & ~4095ULL;
+  return 0;
 }
 
-static int disk_write_alloc(uint64_t len, uint64_t *off)
-{
-	if (write_next + len > disk_size / 8 * 7)
-		return -ENOSPC;
-	*off = write_next;
-	write_next += (len + 4095) & ~4095ULL;
-	return 0;
+static int disk_write_alloc(uint64_t len, uint64_t *off) {
+  if (write_next + len > disk_size / 8 * 7)
+    return -ENOSPC;
+  *off = write_next;
+  write_next += (len + 4095) & ~4095ULL;
+  return 0;
 }
 
 struct region {
-	int fd;
-	int dev;
-	uint64_t bar_off;
-	struct phxfs_register reg;
-	unsigned char *map;
+  int fd;
+  int dev;
+  uint64_t bar_off;
+  struct phxfs_register reg;
+  unsigned char *map;
 };
 
-static int region_open(struct region *r, int dev, uint64_t len)
-{
-	int ret;
+static int region_open(struct region *r, int dev, uint64_t len) {
+  int ret;
 
-	memset(r, 0, sizeof(*r));
-	r->dev = dev;
-	r->fd = phx_open_dev((unsigned int)dev);
-	if (r->fd < 0)
-		return -errno;
-	ret = bar_alloc(dev, len, &r->bar_off);
-	if (!ret)
-		ret = phx_register(r->fd, r->bar_off, len, &r->reg);
-	if (!ret) {
-		r->map = phx_map(r->fd, &r->reg);
-		if (!r->map)
-			ret = -errno;
-	}
-	if (ret) {
-		close(r->fd);
-		r->fd = -1;
-	}
-	return ret;
+  memset(r, 0, sizeof(*r));
+  r->dev = dev;
+  r->fd = phx_open_dev((unsigned int)dev);
+  if (r->fd < 0)
+    return -errno;
+  ret = bar_alloc(dev, len, &r->bar_off);
+  if (!ret)
+    ret = phx_register(r->fd, r->bar_off, len, &r->reg);
+  if (!ret) {
+    r->map = phx_map(r->fd, &r->reg);
+    if (!r->map)
+      ret = -errno;
+  }
+  if (ret) {
+    close(r->fd);
+    r->fd = -1;
+  }
+  return ret;
 }
 
-static int region_close(struct region *r)
-{
-	int ret = 0;
+static int region_close(struct region *r) {
+  int ret = 0;
 
-	if (r->map && munmap(r->map, r->reg.length))
-		ret = -errno;
-	if (!ret)
-		ret = phx_deregister(r->fd, r->reg.handle);
-	close(r->fd);
-	return ret;
+  if (r->map && munmap(r->map, r->reg.length))
+    ret = -errno;
+  if (!ret)
+    ret = phx_deregister(r->fd, r->reg.handle);
+  close(r->fd);
+  return ret;
 }
 
 /* Teardown after a kill may finish in the background: poll briefly. */
-static int wait_regs_idle(int dev, struct phxfs_info *info)
-{
-	int fd = phx_open_dev((unsigned int)dev), i;
+static int wait_regs_idle(int dev, struct phxfs_info *info) {
+  int fd = phx_open_dev((unsigned int)dev), i;
 
-	if (fd < 0)
-		return -errno;
-	for (i = 0; i < 300; i++) {
-		if (phx_get_info(fd, info) == 0 && info->regs_live == 0 && info->pages_mapped == 0)
-			break;
-		usleep(10000);
-	}
-	close(fd);
-	return 0;
+  if (fd < 0)
+    return -errno;
+  for (i = 0; i < 300; i++) {
+    if (phx_get_info(fd, info) == 0 && info->regs_live == 0 && info->pages_mapped == 0)
+      break;
+    usleep(10000);
+  }
+  close(fd);
+  return 0;
 }
 
-static uint64_t round_up_4k(uint64_t v)
-{
-	return (v + 4095) & ~4095ULL;
+static uint64_t round_up_4k(uint64_t v) {
+  return (v + 4095) & ~4095ULL;
 }
 
 /* Bytes of one request above the controller's limit, so the block layer splits it. */
-static uint64_t past_max_hw(void)
-{
-	const char *base = strrchr(raw_path, '/');
-	char path[128];
-	unsigned long kb = 0;
-	FILE *f;
+static uint64_t past_max_hw(void) {
+  const char *base = strrchr(raw_path, '/');
+  char path[128];
+  unsigned long kb = 0;
+  FILE *f;
 
-	snprintf(path, sizeof(path), "/sys/block/%s/queue/max_hw_sectors_kb",
-		 base ? base + 1 : raw_path);
-	f = fopen(path, "r");
-	if (f) {
-		if (fscanf(f, "%lu", &kb) != 1)
-			kb = 0;
-		fclose(f);
-	}
-	if (!kb)
-		kb = 512;
-	return round_up_4k(kb * KiB * 2 + 12 * KiB);
+  snprintf(path, sizeof(path), "/sys/block/%s/queue/max_hw_sectors_kb", base ? base + 1 : raw_path);
+  f = fopen(path, "r");
+  if (f) {
+    if (fscanf(f, "%lu", &kb) != 1)
+      kb = 0;
+    fclose(f);
+  }
+  if (!kb)
+    kb = 512;
+  return round_up_4k(kb * KiB * 2 + 12 * KiB);
 }
 
 /* One direct read into device 0 and one direct write from device 1. */
-static int rw_size(uint64_t size, char *detail, size_t len)
-{
-	struct region rd, wr;
-	unsigned char *ram = ram_alloc(size), *pat = ram_alloc(size);
-	uint64_t disk_rd = (seed * 7919 * MiB) % (disk_size / 2 - size) & ~4095ULL;
-	uint64_t disk_wr;
-	int raw, ret;
-	size_t d;
+static int rw_size(uint64_t size, char *detail, size_t len) {
+  struct region rd, wr;
+  unsigned char *ram = ram_alloc(size), *pat = ram_alloc(size);
+  uint64_t disk_rd = (seed * 7919 * MiB) % (disk_size / 2 - size) & ~4095ULL;
+  uint64_t disk_wr;
+  int raw, ret;
+  size_t d;
 
-	seed++;
-	EXPECT(ram && pat, "out of memory");
-	raw = open(raw_path, O_RDWR | O_DIRECT);
-	EXPECT(raw >= 0, "open %s: %s", raw_path, strerror(errno));
+  seed++;
+  EXPECT(ram && pat, "out of memory");
+  raw = open(raw_path, O_RDWR | O_DIRECT);
+  EXPECT(raw >= 0, "open %s: %s", raw_path, strerror(errno));
 
-	ret = region_open(&rd, 0, size);
-	EXPECT(!ret, "register+map %llu bytes on dev0: %s", (unsigned long long)size, strerror(-ret));
-	ret = read_exact(raw, rd.map, size, disk_rd);
-	EXPECT(!ret, "O_DIRECT pread into device memory: %s", strerror(-ret));
-	ret = read_exact(raw, ram, size, disk_rd);
-	EXPECT(!ret, "O_DIRECT pread into RAM: %s", strerror(-ret));
-	d = first_diff(rd.map, ram, size);
-	EXPECT(d == size, "read %llu at disk %llu: device bytes differ from RAM at %zu",
-	       (unsigned long long)size, (unsigned long long)disk_rd, d);
-	vm_evidence_disk(0, rd.bar_off, disk_rd, size);
+  ret = region_open(&rd, 0, size);
+  EXPECT(!ret, "register+map %llu bytes on dev0: %s", (unsigned long long)size, strerror(-ret));
+  ret = read_exact(raw, rd.map, size, disk_rd);
+  EXPECT(!ret, "O_DIRECT pread into device memory: %s", strerror(-ret));
+  ret = read_exact(raw, ram, size, disk_rd);
+  EXPECT(!ret, "O_DIRECT pread into RAM: %s", strerror(-ret));
+  d = first_diff(rd.map, ram, size);
+  EXPECT(d == size, "read %llu at disk %llu: device bytes differ from RAM at %zu",
+         (unsigned long long)size, (unsigned long long)disk_rd, d);
+  vm_evidence_disk(0, rd.bar_off, disk_rd, size);
 
-	ret = disk_write_alloc(size, &disk_wr);
-	EXPECT(!ret, "disk write area exhausted");
-	ret = region_open(&wr, 1, size);
-	EXPECT(!ret, "register+map %llu bytes on dev1: %s", (unsigned long long)size, strerror(-ret));
-	pattern_fill(pat, size, seed * 31);
-	memcpy(wr.map, pat, size);
-	ret = write_exact(raw, wr.map, size, disk_wr);
-	EXPECT(!ret, "O_DIRECT pwrite from device memory: %s", strerror(-ret));
-	ret = read_exact(raw, ram, size, disk_wr);
-	EXPECT(!ret, "read back: %s", strerror(-ret));
-	d = first_diff(pat, ram, size);
-	EXPECT(d == size, "write %llu: disk differs from the pattern at %zu",
-	       (unsigned long long)size, d);
-	vm_evidence_disk(1, wr.bar_off, disk_wr, size);
+  ret = disk_write_alloc(size, &disk_wr);
+  EXPECT(!ret, "disk write area exhausted");
+  ret = region_open(&wr, 1, size);
+  EXPECT(!ret, "register+map %llu bytes on dev1: %s", (unsigned long long)size, strerror(-ret));
+  pattern_fill(pat, size, seed * 31);
+  memcpy(wr.map, pat, size);
+  ret = write_exact(raw, wr.map, size, disk_wr);
+  EXPECT(!ret, "O_DIRECT pwrite from device memory: %s", strerror(-ret));
+  ret = read_exact(raw, ram, size, disk_wr);
+  EXPECT(!ret, "read back: %s", strerror(-ret));
+  d = first_diff(pat, ram, size);
+  EXPECT(d == size, "write %llu: disk differs from the pattern at %zu", (unsigned long long)size,
+         d);
+  vm_evidence_disk(1, wr.bar_off, disk_wr, size);
 
-	EXPECT(!region_close(&rd) && !region_close(&wr), "deregister: %s", strerror(errno));
-	close(raw);
-	free(ram);
-	free(pat);
-	snprintf(detail, len, "%llu bytes read at %llu, written at %llu",
-		 (unsigned long long)size, (unsigned long long)disk_rd,
-		 (unsigned long long)disk_wr);
-	return 0;
+  EXPECT(!region_close(&rd) && !region_close(&wr), "deregister: %s", strerror(errno));
+  close(raw);
+  free(ram);
+  free(pat);
+  snprintf(detail, len, "%llu bytes read at %llu, written at %llu", (unsigned long long)size,
+           (unsigned long long)disk_rd, (unsigned long long)disk_wr);
+  return 0;
 }
 
-#define SIZE_TEST(name, bytes)                                  \
-	static int name(char *detail, size_t len)               \
-	{                                                       \
-		return rw_size(bytes, detail, len);             \
-	}
+#define SIZE_TEST(name, bytes)                \
+  static int name(char *detail, size_t len) { \
+    return rw_size(bytes, detail, len);       \
+  }
 SIZE_TEST(t_rw_4k, 4 * KiB)
 SIZE_TEST(t_rw_8k, 8 * KiB)
 SIZE_TEST(t_rw_12k, 12 * KiB)
@@ -209,668 +198,658 @@ SIZE_TEST(t_rw_68k, 68 * KiB)
 SIZE_TEST(t_rw_1m, 1 * MiB)
 SIZE_TEST(t_rw_64m, 64 * MiB)
 
-static int t_rw_past_max_hw(char *detail, size_t len)
-{
-	return rw_size(past_max_hw(), detail, len);
+static int t_rw_past_max_hw(char *detail, size_t len) {
+  return rw_size(past_max_hw(), detail, len);
 }
 
-static int t_info(char *detail, size_t len)
-{
-	struct phxfs_info info;
-	int dev;
+static int t_info(char *detail, size_t len) {
+  struct phxfs_info info;
+  int dev;
 
-	for (dev = 0; dev < 2; dev++) {
-		int fd = phx_open_dev((unsigned int)dev), ret;
+  for (dev = 0; dev < 2; dev++) {
+    int fd = phx_open_dev((unsigned int)dev), ret;
 
-		EXPECT(fd >= 0, "open dev%d: %s", dev, strerror(errno));
-		ret = phx_get_info(fd, &info);
-		EXPECT(!ret, "GET_INFO: %s", strerror(-ret));
-		EXPECT(info.abi_version == PHXFS_ABI_VERSION && info.device_index == (unsigned)dev &&
-			       info.provider == PHXFS_PROVIDER_PCIBAR && info.page_size == 4096 &&
-			       info.bar_size >= 2 * GROUP_BAR_BYTES && info.regs_live == 0 &&
-			       info.pages_mapped == 0,
-		       "dev%d: abi %u index %u provider %u page %u bar %llu live %llu mapped %llu", dev,
-		       info.abi_version, info.device_index, info.provider, info.page_size,
-		       (unsigned long long)info.bar_size, (unsigned long long)info.regs_live,
-		       (unsigned long long)info.pages_mapped);
-		close(fd);
-	}
-	snprintf(detail, len, "2 devices, pcibar, %llu MiB BAR", (unsigned long long)info.bar_size >> 20);
-	return 0;
+    EXPECT(fd >= 0, "open dev%d: %s", dev, strerror(errno));
+    ret = phx_get_info(fd, &info);
+    EXPECT(!ret, "GET_INFO: %s", strerror(-ret));
+    EXPECT(info.abi_version == PHXFS_ABI_VERSION && info.device_index == (unsigned)dev &&
+               info.provider == PHXFS_PROVIDER_PCIBAR && info.page_size == 4096 &&
+               info.bar_size >= 2 * GROUP_BAR_BYTES && info.regs_live == 0 &&
+               info.pages_mapped == 0,
+           "dev%d: abi %u index %u provider %u page %u bar %llu live %llu mapped %llu", dev,
+           info.abi_version, info.device_index, info.provider, info.page_size,
+           (unsigned long long)info.bar_size, (unsigned long long)info.regs_live,
+           (unsigned long long)info.pages_mapped);
+    close(fd);
+  }
+  snprintf(detail, len, "2 devices, pcibar, %llu MiB BAR", (unsigned long long)info.bar_size >> 20);
+  return 0;
 }
 
-static int expect_register(int fd, uint64_t addr, uint64_t length, int want)
-{
-	struct phxfs_register r;
-	int ret = phx_register(fd, addr, length, &r);
+static int expect_register(int fd, uint64_t addr, uint64_t length, int want) {
+  struct phxfs_register r;
+  int ret = phx_register(fd, addr, length, &r);
 
-	if (ret == 0)
-		phx_deregister(fd, r.handle);
-	return ret == want ? 0 : (ret ? ret : 1);
+  if (ret == 0)
+    phx_deregister(fd, r.handle);
+  return ret == want ? 0 : (ret ? ret : 1);
 }
 
-static int t_bad_input(char *detail, size_t len)
-{
-	struct phxfs_info info;
-	struct phxfs_register r;
-	struct phxfs_deregister dr;
-	uint64_t scratch, errors_before;
-	void *p;
-	int fd, ret;
+static int t_bad_input(char *detail, size_t len) {
+  struct phxfs_info info;
+  struct phxfs_register r;
+  struct phxfs_deregister dr;
+  uint64_t scratch, errors_before;
+  void *p;
+  int fd, ret;
 
-	fd = phx_open_dev(0);
-	EXPECT(fd >= 0, "open: %s", strerror(errno));
-	EXPECT(!phx_get_info(fd, &info), "GET_INFO");
-	errors_before = info.errors;
-	EXPECT(!bar_alloc(0, 64 * KiB, &scratch), "BAR space");
+  fd = phx_open_dev(0);
+  EXPECT(fd >= 0, "open: %s", strerror(errno));
+  EXPECT(!phx_get_info(fd, &info), "GET_INFO");
+  errors_before = info.errors;
+  EXPECT(!bar_alloc(0, 64 * KiB, &scratch), "BAR space");
 
-	memset(&info, 0, sizeof(info));
-	info.abi_version = PHXFS_ABI_VERSION + 1;
-	info.argsz = sizeof(info);
-	EXPECT(ioctl(fd, PHXFS_IOC_GET_INFO, &info) && errno == EPROTO, "wrong ABI: errno %d", errno);
-	info.abi_version = PHXFS_ABI_VERSION;
-	info.argsz = sizeof(info) - 8;
-	EXPECT(ioctl(fd, PHXFS_IOC_GET_INFO, &info) && errno == EINVAL, "short argsz: errno %d", errno);
+  memset(&info, 0, sizeof(info));
+  info.abi_version = PHXFS_ABI_VERSION + 1;
+  info.argsz = sizeof(info);
+  EXPECT(ioctl(fd, PHXFS_IOC_GET_INFO, &info) && errno == EPROTO, "wrong ABI: errno %d", errno);
+  info.abi_version = PHXFS_ABI_VERSION;
+  info.argsz = sizeof(info) - 8;
+  EXPECT(ioctl(fd, PHXFS_IOC_GET_INFO, &info) && errno == EINVAL, "short argsz: errno %d", errno);
 
-	memset(&r, 0, sizeof(r));
-	r.abi_version = PHXFS_ABI_VERSION;
-	r.argsz = sizeof(r);
-	r.device_addr = scratch;
-	r.length = 4096;
-	r.reserved[1] = 1;
-	EXPECT(ioctl(fd, PHXFS_IOC_REGISTER, &r) && errno == EINVAL, "reserved: errno %d", errno);
-	r.reserved[1] = 0;
-	r.pad = 1;
-	EXPECT(ioctl(fd, PHXFS_IOC_REGISTER, &r) && errno == EINVAL, "pad: errno %d", errno);
-	r.pad = 0;
-	r.flags = 4;
-	EXPECT(ioctl(fd, PHXFS_IOC_REGISTER, &r) && errno == EINVAL, "flags: errno %d", errno);
-	r.flags = 0;
-	r.abi_version = 0;
-	EXPECT(ioctl(fd, PHXFS_IOC_REGISTER, &r) && errno == EPROTO, "abi 0: errno %d", errno);
+  memset(&r, 0, sizeof(r));
+  r.abi_version = PHXFS_ABI_VERSION;
+  r.argsz = sizeof(r);
+  r.device_addr = scratch;
+  r.length = 4096;
+  r.reserved[1] = 1;
+  EXPECT(ioctl(fd, PHXFS_IOC_REGISTER, &r) && errno == EINVAL, "reserved: errno %d", errno);
+  r.reserved[1] = 0;
+  r.pad = 1;
+  EXPECT(ioctl(fd, PHXFS_IOC_REGISTER, &r) && errno == EINVAL, "pad: errno %d", errno);
+  r.pad = 0;
+  r.flags = 4;
+  EXPECT(ioctl(fd, PHXFS_IOC_REGISTER, &r) && errno == EINVAL, "flags: errno %d", errno);
+  r.flags = 0;
+  r.abi_version = 0;
+  EXPECT(ioctl(fd, PHXFS_IOC_REGISTER, &r) && errno == EPROTO, "abi 0: errno %d", errno);
 
-	EXPECT(!(ret = expect_register(fd, scratch, 0, -EINVAL)), "zero length: %d", ret);
-	EXPECT(!(ret = expect_register(fd, scratch + 512, 4096, -EINVAL)), "misaligned address: %d", ret);
-	EXPECT(!(ret = expect_register(fd, scratch, 4097, -EINVAL)), "misaligned length: %d", ret);
-	EXPECT(!(ret = expect_register(fd, ~0ULL - 4095, 8192, -EOVERFLOW)), "wrap: %d", ret);
-	EXPECT(!(ret = expect_register(fd, 0, ~0ULL & ~4095ULL, -ERANGE)) || ret == -EOVERFLOW,
-	       "huge length: %d", ret);
-	EXPECT(!(ret = expect_register(fd, 2 * GROUP_BAR_BYTES - 4096, 8192, -ERANGE)), "past BAR end: %d", ret);
-	EXPECT(!(ret = expect_register(fd, 1ULL << 40, 4096, -ERANGE)), "far past BAR: %d", ret);
-	EXPECT(!(ret = expect_register(fd, 0, 1ULL << 40, -ERANGE)), "longer than the BAR: %d", ret);
+  EXPECT(!(ret = expect_register(fd, scratch, 0, -EINVAL)), "zero length: %d", ret);
+  EXPECT(!(ret = expect_register(fd, scratch + 512, 4096, -EINVAL)), "misaligned address: %d", ret);
+  EXPECT(!(ret = expect_register(fd, scratch, 4097, -EINVAL)), "misaligned length: %d", ret);
+  EXPECT(!(ret = expect_register(fd, ~0ULL - 4095, 8192, -EOVERFLOW)), "wrap: %d", ret);
+  EXPECT(!(ret = expect_register(fd, 0, ~0ULL & ~4095ULL, -ERANGE)) || ret == -EOVERFLOW,
+         "huge length: %d", ret);
+  EXPECT(!(ret = expect_register(fd, 2 * GROUP_BAR_BYTES - 4096, 8192, -ERANGE)),
+         "past BAR end: %d", ret);
+  EXPECT(!(ret = expect_register(fd, 1ULL << 40, 4096, -ERANGE)), "far past BAR: %d", ret);
+  EXPECT(!(ret = expect_register(fd, 0, 1ULL << 40, -ERANGE)), "longer than the BAR: %d", ret);
 
-	EXPECT(!phx_register(fd, scratch, 64 * KiB, &r), "register scratch");
-	EXPECT(!(ret = expect_register(fd, scratch + 4096, 4096, -EBUSY)), "overlap: %d", ret);
-	EXPECT(!(ret = expect_register(fd, scratch, 64 * KiB, -EBUSY)), "same range twice: %d", ret);
+  EXPECT(!phx_register(fd, scratch, 64 * KiB, &r), "register scratch");
+  EXPECT(!(ret = expect_register(fd, scratch + 4096, 4096, -EBUSY)), "overlap: %d", ret);
+  EXPECT(!(ret = expect_register(fd, scratch, 64 * KiB, -EBUSY)), "same range twice: %d", ret);
 
-	p = mmap(NULL, r.length - 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)r.mmap_offset);
-	EXPECT(p == MAP_FAILED && errno == EINVAL, "short mmap: errno %d", errno);
-	p = mmap(NULL, r.length, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, (off_t)r.mmap_offset);
-	EXPECT(p == MAP_FAILED && errno == EINVAL, "MAP_PRIVATE: errno %d", errno);
-	p = mmap(NULL, r.length, PROT_READ | PROT_EXEC, MAP_SHARED, fd, (off_t)r.mmap_offset);
-	EXPECT(p == MAP_FAILED && errno == EPERM, "PROT_EXEC: errno %d", errno);
-	p = mmap(NULL, r.length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)(r.mmap_offset + (1ULL << 40)));
-	EXPECT(p == MAP_FAILED && errno == EINVAL, "unknown offset: errno %d", errno);
-	p = phx_map(fd, &r);
-	EXPECT(p, "mmap: %s", strerror(errno));
-	EXPECT(mmap(NULL, r.length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)r.mmap_offset) == MAP_FAILED &&
-		       errno == EBUSY,
-	       "map twice: errno %d", errno);
-	EXPECT(munmap((char *)p + 4096, 4096) && errno == EINVAL, "partial munmap: errno %d", errno);
-	EXPECT(mprotect(p, 4096, PROT_READ) && errno == EINVAL, "mprotect splitting: errno %d", errno);
-	EXPECT(!munmap(p, r.length), "munmap: %s", strerror(errno));
-	EXPECT(munmap(p, r.length) == 0, "second munmap of a hole must succeed as a no-op");
+  p = mmap(NULL, r.length - 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)r.mmap_offset);
+  EXPECT(p == MAP_FAILED && errno == EINVAL, "short mmap: errno %d", errno);
+  p = mmap(NULL, r.length, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, (off_t)r.mmap_offset);
+  EXPECT(p == MAP_FAILED && errno == EINVAL, "MAP_PRIVATE: errno %d", errno);
+  p = mmap(NULL, r.length, PROT_READ | PROT_EXEC, MAP_SHARED, fd, (off_t)r.mmap_offset);
+  EXPECT(p == MAP_FAILED && errno == EPERM, "PROT_EXEC: errno %d", errno);
+  p = mmap(NULL, r.length, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+           (off_t)(r.mmap_offset + (1ULL << 40)));
+  EXPECT(p == MAP_FAILED && errno == EINVAL, "unknown offset: errno %d", errno);
+  p = phx_map(fd, &r);
+  EXPECT(p, "mmap: %s", strerror(errno));
+  EXPECT(mmap(NULL, r.length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)r.mmap_offset) ==
+                 MAP_FAILED &&
+             errno == EBUSY,
+         "map twice: errno %d", errno);
+  EXPECT(munmap((char *)p + 4096, 4096) && errno == EINVAL, "partial munmap: errno %d", errno);
+  EXPECT(mprotect(p, 4096, PROT_READ) && errno == EINVAL, "mprotect splitting: errno %d", errno);
+  EXPECT(!munmap(p, r.length), "munmap: %s", strerror(errno));
+  EXPECT(munmap(p, r.length) == 0, "second munmap of a hole must succeed as a no-op");
 
-	EXPECT(!phx_deregister(fd, r.handle), "deregister");
-	EXPECT(phx_deregister(fd, r.handle) == -ENOENT, "deregister twice");
-	EXPECT(phx_deregister(fd, 12345678) == -ENOENT, "unknown handle");
-	memset(&dr, 0, sizeof(dr));
-	dr.abi_version = PHXFS_ABI_VERSION;
-	dr.argsz = sizeof(dr);
-	dr.reserved[0] = 7;
-	EXPECT(ioctl(fd, PHXFS_IOC_DEREGISTER, &dr) && errno == EINVAL, "dereg reserved: errno %d", errno);
-	EXPECT(ioctl(fd, _IOWR(PHXFS_IOC_MAGIC, 0x7f, struct phxfs_info), &info) && errno == ENOTTY,
-	       "unknown ioctl: errno %d", errno);
-	EXPECT(ioctl(fd, PHXFS_IOC_GET_INFO, (void *)16) && errno == EFAULT, "bad pointer: errno %d", errno);
+  EXPECT(!phx_deregister(fd, r.handle), "deregister");
+  EXPECT(phx_deregister(fd, r.handle) == -ENOENT, "deregister twice");
+  EXPECT(phx_deregister(fd, 12345678) == -ENOENT, "unknown handle");
+  memset(&dr, 0, sizeof(dr));
+  dr.abi_version = PHXFS_ABI_VERSION;
+  dr.argsz = sizeof(dr);
+  dr.reserved[0] = 7;
+  EXPECT(ioctl(fd, PHXFS_IOC_DEREGISTER, &dr) && errno == EINVAL, "dereg reserved: errno %d",
+         errno);
+  EXPECT(ioctl(fd, _IOWR(PHXFS_IOC_MAGIC, 0x7f, struct phxfs_info), &info) && errno == ENOTTY,
+         "unknown ioctl: errno %d", errno);
+  EXPECT(ioctl(fd, PHXFS_IOC_GET_INFO, (void *)16) && errno == EFAULT, "bad pointer: errno %d",
+         errno);
 
-	EXPECT(!phx_get_info(fd, &info), "GET_INFO");
-	EXPECT(info.errors > errors_before && info.regs_live == 0 && info.pages_mapped == 0,
-	       "counters: errors %llu->%llu live %llu mapped %llu", (unsigned long long)errors_before,
-	       (unsigned long long)info.errors, (unsigned long long)info.regs_live,
-	       (unsigned long long)info.pages_mapped);
-	close(fd);
-	snprintf(detail, len, "all invalid arguments refused with the documented errno; errors counter %llu",
-		 (unsigned long long)info.errors);
-	return 0;
+  EXPECT(!phx_get_info(fd, &info), "GET_INFO");
+  EXPECT(info.errors > errors_before && info.regs_live == 0 && info.pages_mapped == 0,
+         "counters: errors %llu->%llu live %llu mapped %llu", (unsigned long long)errors_before,
+         (unsigned long long)info.errors, (unsigned long long)info.regs_live,
+         (unsigned long long)info.pages_mapped);
+  close(fd);
+  snprintf(detail, len,
+           "all invalid arguments refused with the documented errno; errors counter %llu",
+           (unsigned long long)info.errors);
+  return 0;
 }
 
-static int t_preadv_mixed(char *detail, size_t len)
-{
-	struct region r;
-	unsigned char *ram1 = ram_alloc(4096), *ram2 = ram_alloc(4096), *ref = ram_alloc(16 * KiB);
-	struct iovec iov[3];
-	uint64_t off = 3 * MiB;
-	int raw, ret;
-	ssize_t n;
+static int t_preadv_mixed(char *detail, size_t len) {
+  struct region r;
+  unsigned char *ram1 = ram_alloc(4096), *ram2 = ram_alloc(4096), *ref = ram_alloc(16 * KiB);
+  struct iovec iov[3];
+  uint64_t off = 3 * MiB;
+  int raw, ret;
+  ssize_t n;
 
-	EXPECT(ram1 && ram2 && ref, "memory");
-	raw = open(raw_path, O_RDONLY | O_DIRECT);
-	EXPECT(raw >= 0, "open raw");
-	ret = region_open(&r, 0, 8 * KiB);
-	EXPECT(!ret, "region: %s", strerror(-ret));
-	iov[0] = (struct iovec){ram1, 4096};
-	iov[1] = (struct iovec){r.map, 8192};
-	iov[2] = (struct iovec){ram2, 4096};
-	n = preadv(raw, iov, 3, (off_t)off);
-	EXPECT(n == 16384, "preadv returned %zd (%s)", n, strerror(errno));
-	EXPECT(!read_exact(raw, ref, 16 * KiB, off), "reference read");
-	EXPECT(!memcmp(ram1, ref, 4096) && !memcmp(r.map, ref + 4096, 8192) && !memcmp(ram2, ref + 12288, 4096),
-	       "preadv pieces differ from a plain read");
-	vm_evidence_disk(0, r.bar_off, off + 4096, 8192);
-	EXPECT(!region_close(&r), "close");
-	close(raw);
-	snprintf(detail, len, "RAM+device+RAM iovec, 16 KiB at %llu", (unsigned long long)off);
-	return 0;
+  EXPECT(ram1 && ram2 && ref, "memory");
+  raw = open(raw_path, O_RDONLY | O_DIRECT);
+  EXPECT(raw >= 0, "open raw");
+  ret = region_open(&r, 0, 8 * KiB);
+  EXPECT(!ret, "region: %s", strerror(-ret));
+  iov[0] = (struct iovec){ram1, 4096};
+  iov[1] = (struct iovec){r.map, 8192};
+  iov[2] = (struct iovec){ram2, 4096};
+  n = preadv(raw, iov, 3, (off_t)off);
+  EXPECT(n == 16384, "preadv returned %zd (%s)", n, strerror(errno));
+  EXPECT(!read_exact(raw, ref, 16 * KiB, off), "reference read");
+  EXPECT(!memcmp(ram1, ref, 4096) && !memcmp(r.map, ref + 4096, 8192) &&
+             !memcmp(ram2, ref + 12288, 4096),
+         "preadv pieces differ from a plain read");
+  vm_evidence_disk(0, r.bar_off, off + 4096, 8192);
+  EXPECT(!region_close(&r), "close");
+  close(raw);
+  snprintf(detail, len, "RAM+device+RAM iovec, 16 KiB at %llu", (unsigned long long)off);
+  return 0;
 }
 
-static int t_ext4(char *detail, size_t len)
-{
-	char path_in[256], path_out[256];
-	const uint64_t size = 1 * MiB + 64 * KiB;
-	unsigned char *pat = ram_alloc(size), *ram = ram_alloc(size);
-	struct region rd, wr;
-	int fd, ret;
+static int t_ext4(char *detail, size_t len) {
+  char path_in[256], path_out[256];
+  const uint64_t size = 1 * MiB + 64 * KiB;
+  unsigned char *pat = ram_alloc(size), *ram = ram_alloc(size);
+  struct region rd, wr;
+  int fd, ret;
 
-	EXPECT(pat && ram, "memory");
-	snprintf(path_in, sizeof(path_in), "%s/phx/ext4_in.bin", ext4_dir);
-	snprintf(path_out, sizeof(path_out), "%s/phx/ext4_out.bin", ext4_dir);
-	mkdir(path_in, 0); /* no-op guard against a stale directory */
-	rmdir(path_in);
+  EXPECT(pat && ram, "memory");
+  snprintf(path_in, sizeof(path_in), "%s/phx/ext4_in.bin", ext4_dir);
+  snprintf(path_out, sizeof(path_out), "%s/phx/ext4_out.bin", ext4_dir);
+  mkdir(path_in, 0); /* no-op guard against a stale directory */
+  rmdir(path_in);
 
-	pattern_fill(pat, size, 0xe4e4);
-	fd = open(path_in, O_CREAT | O_TRUNC | O_WRONLY, 0644);
-	EXPECT(fd >= 0, "create %s: %s", path_in, strerror(errno));
-	EXPECT(!write_exact(fd, pat, size, 0) && !fsync(fd), "write input file");
-	close(fd);
+  pattern_fill(pat, size, 0xe4e4);
+  fd = open(path_in, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+  EXPECT(fd >= 0, "create %s: %s", path_in, strerror(errno));
+  EXPECT(!write_exact(fd, pat, size, 0) && !fsync(fd), "write input file");
+  close(fd);
 
-	fd = open(path_in, O_RDONLY | O_DIRECT);
-	EXPECT(fd >= 0, "open O_DIRECT: %s", strerror(errno));
-	ret = region_open(&rd, 0, size);
-	EXPECT(!ret, "region: %s", strerror(-ret));
-	ret = read_exact(fd, rd.map, size, 0);
-	EXPECT(!ret, "O_DIRECT read of an ext4 file into device memory: %s", strerror(-ret));
-	EXPECT(first_diff(rd.map, pat, size) == size, "ext4 read differs");
-	close(fd);
-	vm_evidence_file(0, rd.bar_off, "phx/ext4_in.bin", 0, size);
+  fd = open(path_in, O_RDONLY | O_DIRECT);
+  EXPECT(fd >= 0, "open O_DIRECT: %s", strerror(errno));
+  ret = region_open(&rd, 0, size);
+  EXPECT(!ret, "region: %s", strerror(-ret));
+  ret = read_exact(fd, rd.map, size, 0);
+  EXPECT(!ret, "O_DIRECT read of an ext4 file into device memory: %s", strerror(-ret));
+  EXPECT(first_diff(rd.map, pat, size) == size, "ext4 read differs");
+  close(fd);
+  vm_evidence_file(0, rd.bar_off, "phx/ext4_in.bin", 0, size);
 
-	ret = region_open(&wr, 1, size);
-	EXPECT(!ret, "region: %s", strerror(-ret));
-	pattern_fill(wr.map, size, 0x0e4e);
-	fd = open(path_out, O_CREAT | O_TRUNC | O_RDWR | O_DIRECT, 0644);
-	EXPECT(fd >= 0, "create %s: %s", path_out, strerror(errno));
-	ret = write_exact(fd, wr.map, size, 0);
-	EXPECT(!ret && !fsync(fd), "O_DIRECT write from device memory to ext4: %s", strerror(-ret));
-	EXPECT(!read_exact(fd, ram, size, 0), "read back");
-	EXPECT(first_diff(ram, wr.map, size) == size, "ext4 file differs from device memory");
-	close(fd);
-	vm_evidence_file(1, wr.bar_off, "phx/ext4_out.bin", 0, size);
-	EXPECT(!region_close(&rd) && !region_close(&wr), "close");
-	free(pat);
-	free(ram);
-	snprintf(detail, len, "%llu bytes each way through ext4 O_DIRECT", (unsigned long long)size);
-	return 0;
+  ret = region_open(&wr, 1, size);
+  EXPECT(!ret, "region: %s", strerror(-ret));
+  pattern_fill(wr.map, size, 0x0e4e);
+  fd = open(path_out, O_CREAT | O_TRUNC | O_RDWR | O_DIRECT, 0644);
+  EXPECT(fd >= 0, "create %s: %s", path_out, strerror(errno));
+  ret = write_exact(fd, wr.map, size, 0);
+  EXPECT(!ret && !fsync(fd), "O_DIRECT write from device memory to ext4: %s", strerror(-ret));
+  EXPECT(!read_exact(fd, ram, size, 0), "read back");
+  EXPECT(first_diff(ram, wr.map, size) == size, "ext4 file differs from device memory");
+  close(fd);
+  vm_evidence_file(1, wr.bar_off, "phx/ext4_out.bin", 0, size);
+  EXPECT(!region_close(&rd) && !region_close(&wr), "close");
+  free(pat);
+  free(ram);
+  snprintf(detail, len, "%llu bytes each way through ext4 O_DIRECT", (unsigned long long)size);
+  return 0;
 }
 
-static int t_io_uring(char *detail, size_t len)
-{
-	const unsigned int n = 16;
-	const uint64_t blk = 64 * KiB;
-	unsigned char *ref = ram_alloc(n * blk);
-	struct io_uring ring;
-	struct io_uring_cqe *cqe;
-	struct region r;
-	unsigned int i;
-	int raw, ret;
+static int t_io_uring(char *detail, size_t len) {
+  const unsigned int n = 16;
+  const uint64_t blk = 64 * KiB;
+  unsigned char *ref = ram_alloc(n * blk);
+  struct io_uring ring;
+  struct io_uring_cqe *cqe;
+  struct region r;
+  unsigned int i;
+  int raw, ret;
 
-	EXPECT(ref, "memory");
-	raw = open(raw_path, O_RDONLY | O_DIRECT);
-	EXPECT(raw >= 0, "open raw");
-	ret = region_open(&r, 0, n * blk);
-	EXPECT(!ret, "region: %s", strerror(-ret));
-	ret = io_uring_queue_init(32, &ring, 0);
-	EXPECT(!ret, "io_uring_queue_init: %s", strerror(-ret));
-	/* Scattered offsets, submitted together. */
-	for (i = 0; i < n; i++) {
-		struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+  EXPECT(ref, "memory");
+  raw = open(raw_path, O_RDONLY | O_DIRECT);
+  EXPECT(raw >= 0, "open raw");
+  ret = region_open(&r, 0, n * blk);
+  EXPECT(!ret, "region: %s", strerror(-ret));
+  ret = io_uring_queue_init(32, &ring, 0);
+  EXPECT(!ret, "io_uring_queue_init: %s", strerror(-ret));
+  /* Scattered offsets, submitted together. */
+  for (i = 0; i < n; i++) {
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
 
-		io_uring_prep_read(sqe, raw, r.map + i * blk, (unsigned)blk, (i * 37 % n) * 2 * MiB);
-		sqe->user_data = i;
-	}
-	ret = io_uring_submit(&ring);
-	EXPECT(ret == (int)n, "submit: %d", ret);
-	for (i = 0; i < n; i++) {
-		ret = io_uring_wait_cqe(&ring, &cqe);
-		EXPECT(!ret, "wait: %s", strerror(-ret));
-		EXPECT(cqe->res == (int)blk, "request %llu: res %d", (unsigned long long)cqe->user_data, cqe->res);
-		io_uring_cqe_seen(&ring, cqe);
-	}
-	for (i = 0; i < n; i++) {
-		EXPECT(!read_exact(raw, ref + i * blk, blk, (i * 37 % n) * 2 * MiB), "reference");
-		EXPECT(!memcmp(ref + i * blk, r.map + i * blk, blk), "io_uring read %u differs", i);
-		vm_evidence_disk(0, r.bar_off + i * blk, (i * 37 % n) * 2 * MiB, blk);
-	}
-	io_uring_queue_exit(&ring);
-	EXPECT(!region_close(&r), "close");
-	close(raw);
-	snprintf(detail, len, "%u x 64 KiB reads in one submission", n);
-	return 0;
+    io_uring_prep_read(sqe, raw, r.map + i * blk, (unsigned)blk, (i * 37 % n) * 2 * MiB);
+    sqe->user_data = i;
+  }
+  ret = io_uring_submit(&ring);
+  EXPECT(ret == (int)n, "submit: %d", ret);
+  for (i = 0; i < n; i++) {
+    ret = io_uring_wait_cqe(&ring, &cqe);
+    EXPECT(!ret, "wait: %s", strerror(-ret));
+    EXPECT(cqe->res == (int)blk, "request %llu: res %d", (unsigned long long)cqe->user_data,
+           cqe->res);
+    io_uring_cqe_seen(&ring, cqe);
+  }
+  for (i = 0; i < n; i++) {
+    EXPECT(!read_exact(raw, ref + i * blk, blk, (i * 37 % n) * 2 * MiB), "reference");
+    EXPECT(!memcmp(ref + i * blk, r.map + i * blk, blk), "io_uring read %u differs", i);
+    vm_evidence_disk(0, r.bar_off + i * blk, (i * 37 % n) * 2 * MiB, blk);
+  }
+  io_uring_queue_exit(&ring);
+  EXPECT(!region_close(&r), "close");
+  close(raw);
+  snprintf(detail, len, "%u x 64 KiB reads in one submission", n);
+  return 0;
 }
 
 /* Documents what each kernel does with fixed buffers over device pages. */
-static int t_io_uring_fixed(char *detail, size_t len)
-{
-	unsigned char *ref = ram_alloc(256 * KiB);
-	struct io_uring ring;
-	struct io_uring_cqe *cqe;
-	struct io_uring_sqe *sqe;
-	struct region r;
-	struct iovec iov;
-	int raw, ret;
+static int t_io_uring_fixed(char *detail, size_t len) {
+  unsigned char *ref = ram_alloc(256 * KiB);
+  struct io_uring ring;
+  struct io_uring_cqe *cqe;
+  struct io_uring_sqe *sqe;
+  struct region r;
+  struct iovec iov;
+  int raw, ret;
 
-	EXPECT(ref, "memory");
-	raw = open(raw_path, O_RDONLY | O_DIRECT);
-	EXPECT(raw >= 0, "open raw");
-	ret = region_open(&r, 0, 256 * KiB);
-	EXPECT(!ret, "region: %s", strerror(-ret));
-	EXPECT(!io_uring_queue_init(4, &ring, 0), "ring");
-	iov = (struct iovec){r.map, 256 * KiB};
-	ret = io_uring_register_buffers(&ring, &iov, 1);
-	if (ret) {
-		/* 6.1 refuses file-backed VMAs (EOPNOTSUPP); others fail the longterm pin (EFAULT). */
-		EXPECT(ret == -EOPNOTSUPP || ret == -EFAULT, "register_buffers: unexpected %s", strerror(-ret));
-		io_uring_queue_exit(&ring);
-		EXPECT(!region_close(&r), "close");
-		close(raw);
-		snprintf(detail, len, "fixed buffers over device pages refused: %s (plain io_uring works)",
-			 strerror(-ret));
-		return 0;
-	}
-	sqe = io_uring_get_sqe(&ring);
-	io_uring_prep_read_fixed(sqe, raw, r.map, 256 * KiB, 5 * MiB, 0);
-	EXPECT(io_uring_submit(&ring) == 1, "submit");
-	EXPECT(!io_uring_wait_cqe(&ring, &cqe), "wait");
-	EXPECT(cqe->res == (int)(256 * KiB), "read_fixed res %d", cqe->res);
-	io_uring_cqe_seen(&ring, cqe);
-	EXPECT(!read_exact(raw, ref, 256 * KiB, 5 * MiB), "reference");
-	EXPECT(!memcmp(ref, r.map, 256 * KiB), "read_fixed data differs");
-	vm_evidence_disk(0, r.bar_off, 5 * MiB, 256 * KiB);
+  EXPECT(ref, "memory");
+  raw = open(raw_path, O_RDONLY | O_DIRECT);
+  EXPECT(raw >= 0, "open raw");
+  ret = region_open(&r, 0, 256 * KiB);
+  EXPECT(!ret, "region: %s", strerror(-ret));
+  EXPECT(!io_uring_queue_init(4, &ring, 0), "ring");
+  iov = (struct iovec){r.map, 256 * KiB};
+  ret = io_uring_register_buffers(&ring, &iov, 1);
+  if (ret) {
+    /* 6.1 refuses file-backed VMAs (EOPNOTSUPP); others fail the longterm pin (EFAULT). */
+    EXPECT(ret == -EOPNOTSUPP || ret == -EFAULT, "register_buffers: unexpected %s", strerror(-ret));
+    io_uring_queue_exit(&ring);
+    EXPECT(!region_close(&r), "close");
+    close(raw);
+    snprintf(detail, len, "fixed buffers over device pages refused: %s (plain io_uring works)",
+             strerror(-ret));
+    return 0;
+  }
+  sqe = io_uring_get_sqe(&ring);
+  io_uring_prep_read_fixed(sqe, raw, r.map, 256 * KiB, 5 * MiB, 0);
+  EXPECT(io_uring_submit(&ring) == 1, "submit");
+  EXPECT(!io_uring_wait_cqe(&ring, &cqe), "wait");
+  EXPECT(cqe->res == (int)(256 * KiB), "read_fixed res %d", cqe->res);
+  io_uring_cqe_seen(&ring, cqe);
+  EXPECT(!read_exact(raw, ref, 256 * KiB, 5 * MiB), "reference");
+  EXPECT(!memcmp(ref, r.map, 256 * KiB), "read_fixed data differs");
+  vm_evidence_disk(0, r.bar_off, 5 * MiB, 256 * KiB);
 
-	/*
-	 * DEREGISTER while the ring still pins the pages must wait (DMA could
-	 * still target them) but stay killable; the unpin then completes in the
-	 * background once the ring lets go.
-	 */
-	{
-		struct phxfs_info info;
-		int status;
-		pid_t pid = fork();
+  /*
+   * DEREGISTER while the ring still pins the pages must wait (DMA could
+   * still target them) but stay killable; the unpin then completes in the
+   * background once the ring lets go.
+   */
+  {
+    struct phxfs_info info;
+    int status;
+    pid_t pid = fork();
 
-		EXPECT(pid >= 0, "fork");
-		if (pid == 0)
-			_exit(phx_deregister(r.fd, r.reg.handle) ? 1 : 0);
-		usleep(300000);
-		EXPECT(waitpid(pid, &status, WNOHANG) == 0,
-		       "DEREGISTER returned while io_uring still pinned the buffer");
-		kill(pid, SIGKILL);
-		EXPECT(waitpid(pid, &status, 0) == pid && WIFSIGNALED(status),
-		       "a DEREGISTER waiting for pinned pages could not be killed (status %#x)", status);
-		EXPECT(!phx_get_info(r.fd, &info) && info.regs_live == 1,
-		       "unpin must wait for the ring: live %llu", (unsigned long long)info.regs_live);
-		io_uring_unregister_buffers(&ring);
-		EXPECT(!wait_regs_idle(0, &info) && info.regs_live == 0,
-		       "deferred unpin did not finish: live %llu", (unsigned long long)info.regs_live);
-	}
-	io_uring_queue_exit(&ring);
-	EXPECT(!munmap(r.map, r.reg.length), "munmap");
-	close(r.fd);
-	close(raw);
-	snprintf(detail, len,
-		 "fixed buffers over device pages accepted; READ_FIXED data verified; DEREGISTER meanwhile waits, is killable, and completes once the ring lets go");
-	return 0;
+    EXPECT(pid >= 0, "fork");
+    if (pid == 0)
+      _exit(phx_deregister(r.fd, r.reg.handle) ? 1 : 0);
+    usleep(300000);
+    EXPECT(waitpid(pid, &status, WNOHANG) == 0,
+           "DEREGISTER returned while io_uring still pinned the buffer");
+    kill(pid, SIGKILL);
+    EXPECT(waitpid(pid, &status, 0) == pid && WIFSIGNALED(status),
+           "a DEREGISTER waiting for pinned pages could not be killed (status %#x)", status);
+    EXPECT(!phx_get_info(r.fd, &info) && info.regs_live == 1,
+           "unpin must wait for the ring: live %llu", (unsigned long long)info.regs_live);
+    io_uring_unregister_buffers(&ring);
+    EXPECT(!wait_regs_idle(0, &info) && info.regs_live == 0,
+           "deferred unpin did not finish: live %llu", (unsigned long long)info.regs_live);
+  }
+  io_uring_queue_exit(&ring);
+  EXPECT(!munmap(r.map, r.reg.length), "munmap");
+  close(r.fd);
+  close(raw);
+  snprintf(detail, len,
+           "fixed buffers over device pages accepted; READ_FIXED data verified; DEREGISTER "
+           "meanwhile waits, is killable, and completes once the ring lets go");
+  return 0;
 }
 
 struct thread_arg {
-	int index;
-	int failed;
-	char why[128];
+  int index;
+  int failed;
+  char why[128];
 };
 
-static void *reader_thread(void *p)
-{
-	struct thread_arg *a = p;
-	const uint64_t blk = 64 * KiB, span = 1 * MiB;
-	unsigned char *ref = ram_alloc(blk);
-	struct region r;
-	int raw = open(raw_path, O_RDONLY | O_DIRECT);
-	int i, ret;
+static void *reader_thread(void *p) {
+  struct thread_arg *a = p;
+  const uint64_t blk = 64 * KiB, span = 1 * MiB;
+  unsigned char *ref = ram_alloc(blk);
+  struct region r;
+  int raw = open(raw_path, O_RDONLY | O_DIRECT);
+  int i, ret;
 
-	ret = region_open(&r, a->index % 2, span);
-	if (ret || raw < 0 || !ref) {
-		a->failed = 1;
-		snprintf(a->why, sizeof(a->why), "setup: %s", strerror(-ret));
-		return NULL;
-	}
-	for (i = 0; i < 48; i++) {
-		uint64_t slot = (uint64_t)((i * 7 + a->index) % 16);
-		uint64_t disk = ((uint64_t)(a->index * 131 + i * 17) % 2000) * blk;
+  ret = region_open(&r, a->index % 2, span);
+  if (ret || raw < 0 || !ref) {
+    a->failed = 1;
+    snprintf(a->why, sizeof(a->why), "setup: %s", strerror(-ret));
+    return NULL;
+  }
+  for (i = 0; i < 48; i++) {
+    uint64_t slot = (uint64_t)((i * 7 + a->index) % 16);
+    uint64_t disk = ((uint64_t)(a->index * 131 + i * 17) % 2000) * blk;
 
-		if (read_exact(raw, r.map + slot * blk, blk, disk) || read_exact(raw, ref, blk, disk) ||
-		    memcmp(ref, r.map + slot * blk, blk)) {
-			a->failed = 1;
-			snprintf(a->why, sizeof(a->why), "thread %d read %d at %llu differs", a->index, i,
-				 (unsigned long long)disk);
-			break;
-		}
-	}
-	if (region_close(&r) && !a->failed) {
-		a->failed = 1;
-		snprintf(a->why, sizeof(a->why), "close");
-	}
-	close(raw);
-	free(ref);
-	return NULL;
+    if (read_exact(raw, r.map + slot * blk, blk, disk) || read_exact(raw, ref, blk, disk) ||
+        memcmp(ref, r.map + slot * blk, blk)) {
+      a->failed = 1;
+      snprintf(a->why, sizeof(a->why), "thread %d read %d at %llu differs", a->index, i,
+               (unsigned long long)disk);
+      break;
+    }
+  }
+  if (region_close(&r) && !a->failed) {
+    a->failed = 1;
+    snprintf(a->why, sizeof(a->why), "close");
+  }
+  close(raw);
+  free(ref);
+  return NULL;
 }
 
-static int t_threads(char *detail, size_t len)
-{
-	pthread_t th[4];
-	struct thread_arg args[4];
-	int i;
+static int t_threads(char *detail, size_t len) {
+  pthread_t th[4];
+  struct thread_arg args[4];
+  int i;
 
-	for (i = 0; i < 4; i++) {
-		args[i] = (struct thread_arg){.index = i};
-		EXPECT(!pthread_create(&th[i], NULL, reader_thread, &args[i]), "pthread_create");
-	}
-	for (i = 0; i < 4; i++)
-		pthread_join(th[i], NULL);
-	for (i = 0; i < 4; i++)
-		EXPECT(!args[i].failed, "%s", args[i].why);
-	snprintf(detail, len, "4 threads x 48 reads of 64 KiB, both devices, each with its own registration");
-	return 0;
+  for (i = 0; i < 4; i++) {
+    args[i] = (struct thread_arg){.index = i};
+    EXPECT(!pthread_create(&th[i], NULL, reader_thread, &args[i]), "pthread_create");
+  }
+  for (i = 0; i < 4; i++)
+    pthread_join(th[i], NULL);
+  for (i = 0; i < 4; i++)
+    EXPECT(!args[i].failed, "%s", args[i].why);
+  snprintf(detail, len,
+           "4 threads x 48 reads of 64 KiB, both devices, each with its own registration");
+  return 0;
 }
 
 static sigjmp_buf sigbus_jump;
 
-static void on_sigbus(int sig)
-{
-	siglongjmp(sigbus_jump, sig);
+static void on_sigbus(int sig) {
+  siglongjmp(sigbus_jump, sig);
 }
 
 /* Touching a revoked mapping must raise SIGBUS, not reach the memory. */
-static int touch_raises_sigbus(volatile unsigned char *p)
-{
-	struct sigaction sa = {.sa_handler = on_sigbus}, old_bus, old_segv;
-	int sig, got = 0;
+static int touch_raises_sigbus(volatile unsigned char *p) {
+  struct sigaction sa = {.sa_handler = on_sigbus}, old_bus, old_segv;
+  int sig, got = 0;
 
-	sigaction(SIGBUS, &sa, &old_bus);
-	sigaction(SIGSEGV, &sa, &old_segv);
-	sig = sigsetjmp(sigbus_jump, 1);
-	if (!sig) {
-		(void)*p;
-	} else {
-		got = sig;
-	}
-	sigaction(SIGBUS, &old_bus, NULL);
-	sigaction(SIGSEGV, &old_segv, NULL);
-	return got;
+  sigaction(SIGBUS, &sa, &old_bus);
+  sigaction(SIGSEGV, &sa, &old_segv);
+  sig = sigsetjmp(sigbus_jump, 1);
+  if (!sig) {
+    (void)*p;
+  } else {
+    got = sig;
+  }
+  sigaction(SIGBUS, &old_bus, NULL);
+  sigaction(SIGSEGV, &old_segv, NULL);
+  return got;
 }
 
-static int t_revoke_idle(char *detail, size_t len)
-{
-	struct region r;
-	struct phxfs_info info;
-	unsigned char *ram = ram_alloc(64 * KiB);
-	int raw, ret, sig;
-	ssize_t n;
+static int t_revoke_idle(char *detail, size_t len) {
+  struct region r;
+  struct phxfs_info info;
+  unsigned char *ram = ram_alloc(64 * KiB);
+  int raw, ret, sig;
+  ssize_t n;
 
-	EXPECT(ram, "memory");
-	raw = open(raw_path, O_RDONLY | O_DIRECT);
-	ret = region_open(&r, 0, 64 * KiB);
-	EXPECT(!ret && raw >= 0, "setup: %s", strerror(-ret));
-	EXPECT(!phx_get_info(r.fd, &info) && info.pages_mapped == 16 && info.regs_live == 1,
-	       "counters while mapped: mapped %llu live %llu", (unsigned long long)info.pages_mapped,
-	       (unsigned long long)info.regs_live);
-	/* DEREGISTER with the mapping still in place revokes it. */
-	EXPECT(!phx_deregister(r.fd, r.reg.handle), "deregister");
-	sig = touch_raises_sigbus(r.map);
-	EXPECT(sig == SIGBUS, "touching a revoked mapping gave signal %d", sig);
-	n = pread(raw, r.map, 64 * KiB, 0);
-	EXPECT(n < 0 && errno == EFAULT, "O_DIRECT into a revoked mapping: %zd errno %d", n, errno);
-	EXPECT(!phx_get_info(r.fd, &info) && info.pages_mapped == 0 && info.regs_live == 0,
-	       "counters after revoke: mapped %llu live %llu", (unsigned long long)info.pages_mapped,
-	       (unsigned long long)info.regs_live);
-	EXPECT(!munmap(r.map, r.reg.length), "munmap after revoke");
-	close(r.fd);
-	close(raw);
-	snprintf(detail, len, "deregister while mapped: SIGBUS on touch, EFAULT on I/O, counters back to 0");
-	return 0;
+  EXPECT(ram, "memory");
+  raw = open(raw_path, O_RDONLY | O_DIRECT);
+  ret = region_open(&r, 0, 64 * KiB);
+  EXPECT(!ret && raw >= 0, "setup: %s", strerror(-ret));
+  EXPECT(!phx_get_info(r.fd, &info) && info.pages_mapped == 16 && info.regs_live == 1,
+         "counters while mapped: mapped %llu live %llu", (unsigned long long)info.pages_mapped,
+         (unsigned long long)info.regs_live);
+  /* DEREGISTER with the mapping still in place revokes it. */
+  EXPECT(!phx_deregister(r.fd, r.reg.handle), "deregister");
+  sig = touch_raises_sigbus(r.map);
+  EXPECT(sig == SIGBUS, "touching a revoked mapping gave signal %d", sig);
+  n = pread(raw, r.map, 64 * KiB, 0);
+  EXPECT(n < 0 && errno == EFAULT, "O_DIRECT into a revoked mapping: %zd errno %d", n, errno);
+  EXPECT(!phx_get_info(r.fd, &info) && info.pages_mapped == 0 && info.regs_live == 0,
+         "counters after revoke: mapped %llu live %llu", (unsigned long long)info.pages_mapped,
+         (unsigned long long)info.regs_live);
+  EXPECT(!munmap(r.map, r.reg.length), "munmap after revoke");
+  close(r.fd);
+  close(raw);
+  snprintf(detail, len,
+           "deregister while mapped: SIGBUS on touch, EFAULT on I/O, counters back to 0");
+  return 0;
 }
 
 struct inflight {
-	int raw;
-	unsigned char *map;
-	uint64_t size;
-	ssize_t result;
-	int err;
+  int raw;
+  unsigned char *map;
+  uint64_t size;
+  ssize_t result;
+  int err;
 };
 
-static void *inflight_reader(void *p)
-{
-	struct inflight *f = p;
+static void *inflight_reader(void *p) {
+  struct inflight *f = p;
 
-	f->result = pread(f->raw, f->map, f->size, 0);
-	f->err = errno;
-	return NULL;
+  f->result = pread(f->raw, f->map, f->size, 0);
+  f->err = errno;
+  return NULL;
 }
 
-static int t_revoke_during_io(char *detail, size_t len)
-{
-	const uint64_t size = 16 * MiB;
-	struct inflight f;
-	struct region r;
-	struct phxfs_info info;
-	pthread_t th;
-	int ret;
+static int t_revoke_during_io(char *detail, size_t len) {
+  const uint64_t size = 16 * MiB;
+  struct inflight f;
+  struct region r;
+  struct phxfs_info info;
+  pthread_t th;
+  int ret;
 
-	ret = region_open(&r, 1, size);
-	EXPECT(!ret, "region: %s", strerror(-ret));
-	f = (struct inflight){.raw = open(raw_path, O_RDONLY | O_DIRECT), .map = r.map, .size = size};
-	EXPECT(f.raw >= 0, "open raw");
-	EXPECT(!pthread_create(&th, NULL, inflight_reader, &f), "thread");
-	usleep(2000);
-	ret = phx_deregister(r.fd, r.reg.handle);
-	pthread_join(th, NULL);
-	EXPECT(!ret, "deregister during I/O: %s", strerror(-ret));
-	EXPECT(f.result == (ssize_t)size || (f.result < 0 && f.err == EFAULT) ||
-		       (f.result >= 0 && f.result < (ssize_t)size),
-	       "read during revocation: %zd errno %d", f.result, f.err);
-	EXPECT(!phx_get_info(r.fd, &info) && info.regs_live == 0 && info.pages_mapped == 0,
-	       "counters: live %llu mapped %llu", (unsigned long long)info.regs_live,
-	       (unsigned long long)info.pages_mapped);
-	munmap(r.map, size);
-	close(r.fd);
-	close(f.raw);
-	snprintf(detail, len, "deregister waited for the in-flight 16 MiB read (it returned %zd%s)", f.result,
-		 f.result < 0 ? ", EFAULT" : "");
-	return 0;
+  ret = region_open(&r, 1, size);
+  EXPECT(!ret, "region: %s", strerror(-ret));
+  f = (struct inflight){.raw = open(raw_path, O_RDONLY | O_DIRECT), .map = r.map, .size = size};
+  EXPECT(f.raw >= 0, "open raw");
+  EXPECT(!pthread_create(&th, NULL, inflight_reader, &f), "thread");
+  usleep(2000);
+  ret = phx_deregister(r.fd, r.reg.handle);
+  pthread_join(th, NULL);
+  EXPECT(!ret, "deregister during I/O: %s", strerror(-ret));
+  EXPECT(f.result == (ssize_t)size || (f.result < 0 && f.err == EFAULT) ||
+             (f.result >= 0 && f.result < (ssize_t)size),
+         "read during revocation: %zd errno %d", f.result, f.err);
+  EXPECT(!phx_get_info(r.fd, &info) && info.regs_live == 0 && info.pages_mapped == 0,
+         "counters: live %llu mapped %llu", (unsigned long long)info.regs_live,
+         (unsigned long long)info.pages_mapped);
+  munmap(r.map, size);
+  close(r.fd);
+  close(f.raw);
+  snprintf(detail, len, "deregister waited for the in-flight 16 MiB read (it returned %zd%s)",
+           f.result, f.result < 0 ? ", EFAULT" : "");
+  return 0;
 }
 
-static int t_munmap_first(char *detail, size_t len)
-{
-	struct region r;
-	struct phxfs_info info;
-	int ret = region_open(&r, 0, 64 * KiB);
+static int t_munmap_first(char *detail, size_t len) {
+  struct region r;
+  struct phxfs_info info;
+  int ret = region_open(&r, 0, 64 * KiB);
 
-	EXPECT(!ret, "region: %s", strerror(-ret));
-	EXPECT(!munmap(r.map, r.reg.length), "munmap");
-	EXPECT(!phx_get_info(r.fd, &info) && info.pages_mapped == 0 && info.regs_live == 1,
-	       "after munmap: mapped %llu live %llu", (unsigned long long)info.pages_mapped,
-	       (unsigned long long)info.regs_live);
-	/* Mapping again after munmap is allowed. */
-	r.map = phx_map(r.fd, &r.reg);
-	EXPECT(r.map, "map again: %s", strerror(errno));
-	EXPECT(!munmap(r.map, r.reg.length), "munmap again");
-	EXPECT(!phx_deregister(r.fd, r.reg.handle), "deregister after munmap");
-	close(r.fd);
-	snprintf(detail, len, "munmap, remap, munmap, deregister");
-	return 0;
+  EXPECT(!ret, "region: %s", strerror(-ret));
+  EXPECT(!munmap(r.map, r.reg.length), "munmap");
+  EXPECT(!phx_get_info(r.fd, &info) && info.pages_mapped == 0 && info.regs_live == 1,
+         "after munmap: mapped %llu live %llu", (unsigned long long)info.pages_mapped,
+         (unsigned long long)info.regs_live);
+  /* Mapping again after munmap is allowed. */
+  r.map = phx_map(r.fd, &r.reg);
+  EXPECT(r.map, "map again: %s", strerror(errno));
+  EXPECT(!munmap(r.map, r.reg.length), "munmap again");
+  EXPECT(!phx_deregister(r.fd, r.reg.handle), "deregister after munmap");
+  close(r.fd);
+  snprintf(detail, len, "munmap, remap, munmap, deregister");
+  return 0;
 }
 
-static int t_madv_dontneed(char *detail, size_t len)
-{
-	struct region r;
-	unsigned char *ref = ram_alloc(64 * KiB);
-	int raw = open(raw_path, O_RDONLY | O_DIRECT), ret = region_open(&r, 0, 64 * KiB);
+static int t_madv_dontneed(char *detail, size_t len) {
+  struct region r;
+  unsigned char *ref = ram_alloc(64 * KiB);
+  int raw = open(raw_path, O_RDONLY | O_DIRECT), ret = region_open(&r, 0, 64 * KiB);
 
-	EXPECT(!ret && raw >= 0 && ref, "setup: %s", strerror(-ret));
-	pattern_fill(r.map, 64 * KiB, 77);
-	pattern_fill(ref, 64 * KiB, 77);
-	EXPECT(!madvise(r.map, 64 * KiB, MADV_DONTNEED), "madvise: %s", strerror(errno));
-	/* The pages come back on the next touch, with the device's bytes. */
-	EXPECT(!memcmp(r.map, ref, 64 * KiB), "device bytes changed after MADV_DONTNEED");
-	EXPECT(!madvise(r.map, 64 * KiB, MADV_DONTNEED), "madvise again");
-	EXPECT(!read_exact(raw, r.map, 64 * KiB, 11 * MiB) && !read_exact(raw, ref, 64 * KiB, 11 * MiB) &&
-		       !memcmp(ref, r.map, 64 * KiB),
-	       "O_DIRECT into a zapped range");
-	vm_evidence_disk(0, r.bar_off, 11 * MiB, 64 * KiB);
-	EXPECT(!region_close(&r), "close");
-	close(raw);
-	free(ref);
-	snprintf(detail, len, "MADV_DONTNEED: pages fault back in, data and O_DIRECT intact");
-	return 0;
+  EXPECT(!ret && raw >= 0 && ref, "setup: %s", strerror(-ret));
+  pattern_fill(r.map, 64 * KiB, 77);
+  pattern_fill(ref, 64 * KiB, 77);
+  EXPECT(!madvise(r.map, 64 * KiB, MADV_DONTNEED), "madvise: %s", strerror(errno));
+  /* The pages come back on the next touch, with the device's bytes. */
+  EXPECT(!memcmp(r.map, ref, 64 * KiB), "device bytes changed after MADV_DONTNEED");
+  EXPECT(!madvise(r.map, 64 * KiB, MADV_DONTNEED), "madvise again");
+  EXPECT(!read_exact(raw, r.map, 64 * KiB, 11 * MiB) && !read_exact(raw, ref, 64 * KiB, 11 * MiB) &&
+             !memcmp(ref, r.map, 64 * KiB),
+         "O_DIRECT into a zapped range");
+  vm_evidence_disk(0, r.bar_off, 11 * MiB, 64 * KiB);
+  EXPECT(!region_close(&r), "close");
+  close(raw);
+  free(ref);
+  snprintf(detail, len, "MADV_DONTNEED: pages fault back in, data and O_DIRECT intact");
+  return 0;
 }
 
-static int t_fork(char *detail, size_t len)
-{
-	struct region r;
-	int status, ret = region_open(&r, 0, 64 * KiB);
-	pid_t pid;
+static int t_fork(char *detail, size_t len) {
+  struct region r;
+  int status, ret = region_open(&r, 0, 64 * KiB);
+  pid_t pid;
 
-	EXPECT(!ret, "region: %s", strerror(-ret));
-	r.map[0] = 0x5a;
-	pid = fork();
-	EXPECT(pid >= 0, "fork");
-	if (pid == 0) {
-		/* VM_DONTCOPY: the child has no mapping there. */
-		_exit(touch_raises_sigbus(r.map) == SIGSEGV ? 0 : 1);
-	}
-	EXPECT(waitpid(pid, &status, 0) == pid, "waitpid");
-	EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child could touch device memory (status %#x)",
-	       status);
-	EXPECT(r.map[0] == 0x5a, "parent's mapping changed");
-	EXPECT(!region_close(&r), "close");
-	snprintf(detail, len, "forked child does not inherit the mapping; parent keeps it");
-	return 0;
+  EXPECT(!ret, "region: %s", strerror(-ret));
+  r.map[0] = 0x5a;
+  pid = fork();
+  EXPECT(pid >= 0, "fork");
+  if (pid == 0) {
+    /* VM_DONTCOPY: the child has no mapping there. */
+    _exit(touch_raises_sigbus(r.map) == SIGSEGV ? 0 : 1);
+  }
+  EXPECT(waitpid(pid, &status, 0) == pid, "waitpid");
+  EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+         "child could touch device memory (status %#x)", status);
+  EXPECT(r.map[0] == 0x5a, "parent's mapping changed");
+  EXPECT(!region_close(&r), "close");
+  snprintf(detail, len, "forked child does not inherit the mapping; parent keeps it");
+  return 0;
 }
 
-static int t_kill_live(char *detail, size_t len)
-{
-	struct phxfs_info info;
-	int pipefd[2], status;
-	uint64_t off;
-	pid_t pid;
-	char c;
+static int t_kill_live(char *detail, size_t len) {
+  struct phxfs_info info;
+  int pipefd[2], status;
+  uint64_t off;
+  pid_t pid;
+  char c;
 
-	EXPECT(!bar_alloc(1, 4 * MiB, &off), "space");
-	EXPECT(!pipe(pipefd), "pipe");
-	pid = fork();
-	EXPECT(pid >= 0, "fork");
-	if (pid == 0) {
-		struct phxfs_register r;
-		int cfd = phx_open_dev(1), raw = open(raw_path, O_RDONLY | O_DIRECT);
-		void *m;
+  EXPECT(!bar_alloc(1, 4 * MiB, &off), "space");
+  EXPECT(!pipe(pipefd), "pipe");
+  pid = fork();
+  EXPECT(pid >= 0, "fork");
+  if (pid == 0) {
+    struct phxfs_register r;
+    int cfd = phx_open_dev(1), raw = open(raw_path, O_RDONLY | O_DIRECT);
+    void *m;
 
-		if (cfd < 0 || phx_register(cfd, off, 4 * MiB, &r) || !(m = phx_map(cfd, &r)))
-			_exit(2);
-		if (write(pipefd[1], "r", 1) != 1)
-			_exit(3);
-		for (;;)
-			if (pread(raw, m, 4 * MiB, 0) < 0)
-				_exit(4);
-	}
-	close(pipefd[1]);
-	EXPECT(read(pipefd[0], &c, 1) == 1, "child did not register");
-	usleep(5000);
-	kill(pid, SIGKILL);
-	EXPECT(waitpid(pid, &status, 0) == pid && WIFSIGNALED(status), "child status %#x", status);
-	close(pipefd[0]);
-	EXPECT(!wait_regs_idle(1, &info), "info");
-	EXPECT(info.regs_live == 0 && info.pages_mapped == 0, "after kill: live %llu mapped %llu",
-	       (unsigned long long)info.regs_live, (unsigned long long)info.pages_mapped);
-	snprintf(detail, len, "SIGKILL during I/O with a live registration: all torn down");
-	return 0;
+    if (cfd < 0 || phx_register(cfd, off, 4 * MiB, &r) || !(m = phx_map(cfd, &r)))
+      _exit(2);
+    if (write(pipefd[1], "r", 1) != 1)
+      _exit(3);
+    for (;;)
+      if (pread(raw, m, 4 * MiB, 0) < 0)
+        _exit(4);
+  }
+  close(pipefd[1]);
+  EXPECT(read(pipefd[0], &c, 1) == 1, "child did not register");
+  usleep(5000);
+  kill(pid, SIGKILL);
+  EXPECT(waitpid(pid, &status, 0) == pid && WIFSIGNALED(status), "child status %#x", status);
+  close(pipefd[0]);
+  EXPECT(!wait_regs_idle(1, &info), "info");
+  EXPECT(info.regs_live == 0 && info.pages_mapped == 0, "after kill: live %llu mapped %llu",
+         (unsigned long long)info.regs_live, (unsigned long long)info.pages_mapped);
+  snprintf(detail, len, "SIGKILL during I/O with a live registration: all torn down");
+  return 0;
 }
 
-static int t_two_devices(char *detail, size_t len)
-{
-	struct region a, b;
-	const uint64_t size = 512 * KiB, disk = 9 * MiB;
-	int raw = open(raw_path, O_RDONLY | O_DIRECT), ret;
+static int t_two_devices(char *detail, size_t len) {
+  struct region a, b;
+  const uint64_t size = 512 * KiB, disk = 9 * MiB;
+  int raw = open(raw_path, O_RDONLY | O_DIRECT), ret;
 
-	EXPECT(raw >= 0, "open raw");
-	ret = region_open(&a, 0, size);
-	EXPECT(!ret, "dev0: %s", strerror(-ret));
-	ret = region_open(&b, 1, size);
-	EXPECT(!ret, "dev1: %s", strerror(-ret));
-	EXPECT(!read_exact(raw, a.map, size, disk) && !read_exact(raw, b.map, size, disk), "reads");
-	EXPECT(!memcmp(a.map, b.map, size), "the two devices got different bytes");
-	vm_evidence_disk(0, a.bar_off, disk, size);
-	vm_evidence_disk(1, b.bar_off, disk, size);
-	EXPECT(!region_close(&a) && !region_close(&b), "close");
-	close(raw);
-	snprintf(detail, len, "same 512 KiB read into both devices");
-	return 0;
+  EXPECT(raw >= 0, "open raw");
+  ret = region_open(&a, 0, size);
+  EXPECT(!ret, "dev0: %s", strerror(-ret));
+  ret = region_open(&b, 1, size);
+  EXPECT(!ret, "dev1: %s", strerror(-ret));
+  EXPECT(!read_exact(raw, a.map, size, disk) && !read_exact(raw, b.map, size, disk), "reads");
+  EXPECT(!memcmp(a.map, b.map, size), "the two devices got different bytes");
+  vm_evidence_disk(0, a.bar_off, disk, size);
+  vm_evidence_disk(1, b.bar_off, disk, size);
+  EXPECT(!region_close(&a) && !region_close(&b), "close");
+  close(raw);
+  snprintf(detail, len, "same 512 KiB read into both devices");
+  return 0;
 }
 
-int vmtest_pcibar(void)
-{
-	int raw;
+int vmtest_pcibar(void) {
+  int raw;
 
-	raw_path = getenv("PHX_RAW_DEV");
-	ext4_dir = getenv("PHX_EXT4_DIR");
-	if (!raw_path || !ext4_dir) {
-		vm_result("pcibar/setup", -1, "PHX_RAW_DEV and PHX_EXT4_DIR must be set");
-		return 1;
-	}
-	raw = open(raw_path, O_RDONLY);
-	if (raw < 0 || ioctl(raw, BLKGETSIZE64, &disk_size) || disk_size < 128 * MiB) {
-		vm_result("pcibar/setup", -1, "raw device missing or smaller than 128 MiB");
-		return 1;
-	}
-	close(raw);
-	write_next = disk_size / 2;
+  raw_path = getenv("PHX_RAW_DEV");
+  ext4_dir = getenv("PHX_EXT4_DIR");
+  if (!raw_path || !ext4_dir) {
+    vm_result("pcibar/setup", -1, "PHX_RAW_DEV and PHX_EXT4_DIR must be set");
+    return 1;
+  }
+  raw = open(raw_path, O_RDONLY);
+  if (raw < 0 || ioctl(raw, BLKGETSIZE64, &disk_size) || disk_size < 128 * MiB) {
+    vm_result("pcibar/setup", -1, "raw device missing or smaller than 128 MiB");
+    return 1;
+  }
+  close(raw);
+  write_next = disk_size / 2;
 
-	vm_run("pcibar/info", t_info);
-	vm_run("pcibar/bad_input", t_bad_input);
-	vm_run("pcibar/rw_4k", t_rw_4k);
-	vm_run("pcibar/rw_8k", t_rw_8k);
-	vm_run("pcibar/rw_12k", t_rw_12k);
-	vm_run("pcibar/rw_64k", t_rw_64k);
-	vm_run("pcibar/rw_68k", t_rw_68k);
-	vm_run("pcibar/rw_1m", t_rw_1m);
-	vm_run("pcibar/rw_past_max_hw_sectors", t_rw_past_max_hw);
-	vm_run("pcibar/rw_64m", t_rw_64m);
-	vm_run("pcibar/preadv_ram_and_device", t_preadv_mixed);
-	vm_run("pcibar/ext4", t_ext4);
-	vm_run("pcibar/io_uring", t_io_uring);
-	vm_run("pcibar/io_uring_fixed_buffers", t_io_uring_fixed);
-	vm_run("pcibar/threads", t_threads);
-	vm_run("pcibar/two_devices", t_two_devices);
-	vm_run("pcibar/munmap_before_deregister", t_munmap_first);
-	vm_run("pcibar/revoke_idle", t_revoke_idle);
-	vm_run("pcibar/revoke_during_io", t_revoke_during_io);
-	vm_run("pcibar/madv_dontneed", t_madv_dontneed);
-	vm_run("pcibar/fork", t_fork);
-	vm_run("pcibar/kill_with_live_registration", t_kill_live);
-	return vm_failures() ? 1 : 0;
+  vm_run("pcibar/info", t_info);
+  vm_run("pcibar/bad_input", t_bad_input);
+  vm_run("pcibar/rw_4k", t_rw_4k);
+  vm_run("pcibar/rw_8k", t_rw_8k);
+  vm_run("pcibar/rw_12k", t_rw_12k);
+  vm_run("pcibar/rw_64k", t_rw_64k);
+  vm_run("pcibar/rw_68k", t_rw_68k);
+  vm_run("pcibar/rw_1m", t_rw_1m);
+  vm_run("pcibar/rw_past_max_hw_sectors", t_rw_past_max_hw);
+  vm_run("pcibar/rw_64m", t_rw_64m);
+  vm_run("pcibar/preadv_ram_and_device", t_preadv_mixed);
+  vm_run("pcibar/ext4", t_ext4);
+  vm_run("pcibar/io_uring", t_io_uring);
+  vm_run("pcibar/io_uring_fixed_buffers", t_io_uring_fixed);
+  vm_run("pcibar/threads", t_threads);
+  vm_run("pcibar/two_devices", t_two_devices);
+  vm_run("pcibar/munmap_before_deregister", t_munmap_first);
+  vm_run("pcibar/revoke_idle", t_revoke_idle);
+  vm_run("pcibar/revoke_during_io", t_revoke_during_io);
+  vm_run("pcibar/madv_dontneed", t_madv_dontneed);
+  vm_run("pcibar/fork", t_fork);
+  vm_run("pcibar/kill_with_live_registration", t_kill_live);
+  return vm_failures() ? 1 : 0;
 }
