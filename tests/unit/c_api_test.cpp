@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The C API: the paper's call sequence on the host engine, and every bad
 // input giving -1, the documented errno and a message naming the call.
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>  // setenv/unsetenv
@@ -265,11 +266,30 @@ TEST(CApiEngine, CompatNeedsCudaAndAGpu) {
   EXPECT_C_ERROR(phxfs_open_engine(6, static_cast<phxfs_engine_t>(42)), EINVAL, "unknown engine");
 }
 
+// Stream-ordered I/O needs CUDA; the GPU suite tests it where there is a GPU.
+TEST_F(CApi, StreamOrderedIoWithoutCudaIsEnotsup) {
+  if (void *cuda = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL); cuda != nullptr) {
+    ::dlclose(cuda);
+    GTEST_SKIP() << "a CUDA driver is installed: tests/gpu covers stream-ordered I/O";
+  }
+  AlignedBuffer mem(1 << 20);
+  void *target = nullptr;
+  ASSERT_EQ(phxfs_regmem(0, mem.data(), mem.size(), &target), 0) << phxfs_last_error();
+  ssize_t done = -7;
+  EXPECT_C_ERROR(phxfs_read_async({fd_, 0}, mem.data(), 4096, 0, &done, nullptr), ENOTSUP, "CUDA");
+  EXPECT_C_ERROR(phxfs_write_async({fd_, 0}, mem.data(), 4096, 0, &done, nullptr), ENOTSUP, "CUDA");
+  EXPECT_EQ(done, -7);  // nothing was enqueued
+  // Argument checks come first, as for phxfs_read.
+  EXPECT_C_ERROR(phxfs_read_async({fd_, 0}, nullptr, 4096, 0, &done, nullptr), EINVAL, "null");
+  EXPECT_EQ(phxfs_deregmem(0, mem.data(), mem.size()), 0);
+}
+
 TEST(CApiDiagnostics, StrerrorAndNames) {
   EXPECT_NE(std::string(phxfs_strerror(ENODEV)).find("not open"), std::string::npos);
   EXPECT_NE(std::string(phxfs_strerror(EFAULT)).find("registration"), std::string::npos);
   EXPECT_STREQ(phxfs_strerror(ENOENT), "No such file or directory");
   EXPECT_STREQ(phxfs_engine_name(PHXFS_ENGINE_DIRECT), "direct");
+  EXPECT_STREQ(phxfs_engine_name(PHXFS_ENGINE_CUFILE), "cufile");
   EXPECT_STREQ(phxfs_engine_name(static_cast<phxfs_engine_t>(99)), "unknown");
   EXPECT_STREQ(phxfs_version(), PHOENIX_VERSION_STRING);
   // Success clears the message.

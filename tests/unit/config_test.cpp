@@ -58,10 +58,12 @@ TEST_F(EnvTest, EnvSizeRejectsOutOfRangeNamingTheVariable) {
 }
 
 TEST(EngineNames, RoundTrip) {
-  for (Engine e : {Engine::automatic, Engine::direct, Engine::host, Engine::compat}) {
+  for (Engine e :
+       {Engine::automatic, Engine::direct, Engine::host, Engine::compat, Engine::cufile}) {
     EXPECT_EQ(parse_engine(to_string(e)), e);
   }
   EXPECT_EQ(parse_engine("phoenix"), Engine::direct);
+  EXPECT_EQ(parse_engine("gds"), Engine::cufile);
 }
 
 TEST(EngineNames, UnknownNameIsEinvalWithTheName) {
