@@ -48,7 +48,9 @@ struct Op {
   // Staged (compat): the copies are in the stream, the I/O thread only
   // reads and writes files and flags.
   bool staged = false;
-  int enqueue_error = 0;
+  // Set by the enqueueing thread when it could not put the whole chain in
+  // the stream; the I/O thread then stops waiting for the stream.
+  std::atomic<bool> abandoned{false};
   std::size_t chunk = 0;
   std::uint64_t base = 0;
   std::size_t length = 0;
@@ -77,15 +79,21 @@ void store(std::uint32_t *flag, std::uint32_t value) noexcept {
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
-// Waits until *flag >= target (wrapping compare, as CU_STREAM_WAIT_VALUE_GEQ).
-void wait_at_least(const std::uint32_t *flag, std::uint32_t target) noexcept {
+// Waits until *flag >= target (wrapping compare, as CU_STREAM_WAIT_VALUE_GEQ);
+// false when @p abandoned is set first.
+bool wait_at_least(const std::uint32_t *flag, std::uint32_t target,
+                   const std::atomic<bool> *abandoned = nullptr) noexcept {
   for (unsigned spins = 0; static_cast<std::int32_t>(load(flag) - target) < 0; ++spins) {
+    if (abandoned != nullptr && abandoned->load(std::memory_order_acquire)) {
+      return false;
+    }
     if (spins < 64) {
       std::this_thread::yield();
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
+  return true;
 }
 
 class StreamIo {
@@ -107,11 +115,11 @@ class StreamIo {
   void give_flag(std::uint32_t *flag);
   CUevent take_event(CUcontext context);
   void give_event(CUcontext context, CUevent event);
-  void enqueue(std::unique_ptr<Op> op);
+  void enqueue(std::shared_ptr<Op> op);
   void worker() noexcept;
   void run(Op &op) noexcept;
   void run_staged(Op &op) noexcept;
-  bool enqueue_staged(Op &op, CUstream_st *stream);
+  bool enqueue_staged(std::shared_ptr<Op> &owned, CUstream_st *stream);
   StagingSlot *take_slot(std::size_t chunk);
   void give_slots(std::vector<StagingSlot *> &slots);
 
@@ -122,7 +130,7 @@ class StreamIo {
   std::vector<std::unique_ptr<StagingSlot>> slots_;
   std::vector<StagingSlot *> free_slots_;
   std::condition_variable work_;
-  std::deque<std::unique_ptr<Op>> queue_;
+  std::deque<std::shared_ptr<Op>> queue_;
   std::size_t idle_ = 0;
   std::size_t threads_ = 0;
 };
@@ -190,7 +198,7 @@ void StreamIo::give_event(CUcontext context, CUevent event) {
   free_events_[context].push_back(event);
 }
 
-void StreamIo::enqueue(std::unique_ptr<Op> op) {
+void StreamIo::enqueue(std::shared_ptr<Op> op) {
   bool spawn = false;
   {
     const std::lock_guard lock(mutex_);
@@ -211,7 +219,7 @@ void StreamIo::enqueue(std::unique_ptr<Op> op) {
 
 void StreamIo::worker() noexcept {
   for (;;) {
-    std::unique_ptr<Op> op;
+    std::shared_ptr<Op> op;
     {
       std::unique_lock lock(mutex_);
       ++idle_;
@@ -292,9 +300,14 @@ void StreamIo::give_slots(std::vector<StagingSlot *> &slots) {
 // "ready" flag (reads) or ahead of its "done" write (writes).  The I/O
 // threads then never issue GPU work themselves, so nothing they do can
 // queue behind the stream they are holding (implicit synchronisation,
-// shared hardware queues).  Returns false when the generic path will do
-// (nothing to copy).
-bool StreamIo::enqueue_staged(Op &op, CUstream_st *stream) {
+// shared hardware queues).  The I/O thread starts before the chain is
+// issued: a long chain can fill the stream's queue, and only the I/O thread
+// lets it drain.  Returns false, keeping @p owned, when the generic path
+// will do (nothing to copy); otherwise the op is handed to its I/O thread.
+bool StreamIo::enqueue_staged(std::shared_ptr<Op> &owned, CUstream_st *stream) {
+  // Shared with the I/O thread, which may finish before this function returns.
+  const std::shared_ptr<Op> keep = owned;
+  Op &op = *keep;
   const cuda::Driver &d = *cuda::driver();
   StreamRequest &r = op.request;
   op.length = r.size;
@@ -319,10 +332,25 @@ bool StreamIo::enqueue_staged(Op &op, CUstream_st *stream) {
   op.count =
       static_cast<std::size_t>((r.file_offset + op.length - op.base + op.chunk - 1) / op.chunk);
   const std::size_t k = std::min(op.count, std::clamp<std::size_t>(config.depth * 2, 2, 8));
-  for (std::size_t i = 0; i < k; ++i) {
-    op.slots.push_back(take_slot(op.chunk));
-    op.ready_base.push_back(load(op.slots.back()->ready));
-    op.done_base.push_back(load(op.slots.back()->done));
+  try {
+    for (std::size_t i = 0; i < k; ++i) {
+      op.slots.push_back(take_slot(op.chunk));
+      op.ready_base.push_back(load(op.slots.back()->ready));
+      op.done_base.push_back(load(op.slots.back()->done));
+    }
+    if (r.dir == Direction::read) {
+#ifndef PHX_BREAK_STREAM_ORDER
+      op.event = take_event(op.context);
+      if (const cuda::CUresult e = d.EventRecord(op.event, stream); e != cuda::kSuccess) {
+        give_event(op.context, op.event);
+        op.event = nullptr;
+        cuda::check(e, "cuEventRecord");
+      }
+#endif
+    }
+  } catch (...) {
+    give_slots(op.slots);  // nothing is in the stream yet
+    throw;
   }
   op.staged = true;
   const auto device_ptr = [&d](std::uint32_t *flag) {
@@ -332,13 +360,9 @@ bool StreamIo::enqueue_staged(Op &op, CUstream_st *stream) {
   };
   const cuda::CUdeviceptr device =
       cuda::CUdeviceptr{r.mapping->device_address()} + cuda::CUdeviceptr{r.mapping_offset};
+  const Direction dir = r.dir;
+  enqueue(std::move(owned));  // the I/O thread starts; both only read the op from here
   try {
-    if (r.dir == Direction::read) {
-#ifndef PHX_BREAK_STREAM_ORDER
-      op.event = take_event(op.context);
-      cuda::check(d.EventRecord(op.event, stream), "cuEventRecord");
-#endif
-    }
     std::vector<std::uint32_t> uses(k, 0);
     for (std::size_t i = 0; i < op.count; ++i) {
       const std::size_t s = i % k;
@@ -373,7 +397,7 @@ bool StreamIo::enqueue_staged(Op &op, CUstream_st *stream) {
       uses[s] = j + 1;
     }
 #ifndef PHX_BREAK_STREAM_ORDER
-    if (r.dir == Direction::write) {
+    if (dir == Direction::write) {
       // The stream goes on once every chunk is in the file.
       for (std::size_t s = 0; s < k; ++s) {
         cuda::check(d.StreamWaitValue32(stream, device_ptr(op.slots[s]->ready),
@@ -382,10 +406,10 @@ bool StreamIo::enqueue_staged(Op &op, CUstream_st *stream) {
       }
     }
 #endif
-  } catch (const std::system_error &e) {
-    // Part of the chain may be in the stream already: the I/O thread still
-    // releases every flag, and reports the failure through bytes_done.
-    op.enqueue_error = e.code().value();
+  } catch (...) {
+    // Part of the chain may be in the stream already: the I/O thread
+    // releases every flag and reports EIO through bytes_done.
+    op.abandoned.store(true, std::memory_order_release);
   }
   return true;
 }
@@ -394,8 +418,8 @@ void StreamIo::run_staged(Op &op) noexcept {
   const cuda::Driver &d = *cuda::driver();
   StreamRequest &r = op.request;
   const std::size_t k = op.slots.size();
-  int error = op.enqueue_error;
-  bool stop = error != 0;
+  int error = 0;
+  bool stop = false;
   std::size_t total = 0;
   if (op.event != nullptr) {
     if (d.CtxSetCurrent(op.context) != cuda::kSuccess ||
@@ -404,8 +428,10 @@ void StreamIo::run_staged(Op &op) noexcept {
       stop = true;
     }
   }
+  const std::atomic<bool> *abandoned = &op.abandoned;
+  bool gave_up = false;
   std::vector<std::uint32_t> uses(k, 0);
-  for (std::size_t i = 0; i < op.count; ++i) {
+  for (std::size_t i = 0; i < op.count && !gave_up; ++i) {
     const std::size_t s = i % k;
     const auto j = static_cast<std::uint32_t>(i / k);
     StagingSlot &slot = *op.slots[s];
@@ -413,7 +439,11 @@ void StreamIo::run_staged(Op &op) noexcept {
     std::size_t size = 0;
     op.range(i, offset, size);
     if (r.dir == Direction::read) {
-      wait_at_least(slot.done, op.done_base[s] + j);  // the stream copied the slot out
+      // The stream copied the slot's previous chunk out.
+      if (!wait_at_least(slot.done, op.done_base[s] + j, abandoned)) {
+        gave_up = true;
+        break;
+      }
       if (!stop) {
         const TransferResult t =
             transfer(Direction::read, r.fd, slot.buffer.data(), size, offset, r.policy);
@@ -427,7 +457,11 @@ void StreamIo::run_staged(Op &op) noexcept {
       }
     } else {
 #ifndef PHX_BREAK_STREAM_ORDER
-      wait_at_least(slot.done, op.done_base[s] + j + 1);  // the stream copied the chunk in
+      // The stream copied the chunk in.
+      if (!wait_at_least(slot.done, op.done_base[s] + j + 1, abandoned)) {
+        gave_up = true;
+        break;
+      }
 #endif
       if (!stop) {
         const TransferResult t =
@@ -446,9 +480,22 @@ void StreamIo::run_staged(Op &op) noexcept {
     store(slot.ready, op.ready_base[s] + j + 1);
     uses[s] = j + 1;
   }
+  if (gave_up) {
+    // Release every wait the stream may hold (flags only grow), report the
+    // failure, and leave the slots out of the pool: copies issued before
+    // the failure may still touch them.
+    if (r.bytes_done != nullptr) {
+      *r.bytes_done = -static_cast<ssize_t>(EIO);
+    }
+    for (std::size_t s = 0; s < k; ++s) {
+      store(op.slots[s]->ready,
+            op.ready_base[s] + static_cast<std::uint32_t>((op.count + k - 1 - s) / k));
+    }
+    op.slots.clear();
+  }
   // The slots go back once the stream has finished with them.
-  for (std::size_t s = 0; s < k; ++s) {
-    wait_at_least(op.slots[s]->done, op.done_base[s] + uses[s]);
+  for (std::size_t s = 0; s < op.slots.size(); ++s) {
+    (void)wait_at_least(op.slots[s]->done, op.done_base[s] + uses[s]);
   }
   if (op.event != nullptr) {
     try {
@@ -461,7 +508,6 @@ void StreamIo::run_staged(Op &op) noexcept {
     give_slots(op.slots);
   } catch (...) {
   }
-  r = {};
 }
 
 // Fallback when the driver refuses stream memory operations: the paper's
@@ -494,11 +540,10 @@ void StreamIo::submit(StreamRequest request, CUstream_st *stream) {
                 "the stream is capturing a CUDA graph; stream-ordered I/O cannot be "
                 "captured");
   }
-  auto op = std::make_unique<Op>();
+  auto op = std::make_shared<Op>();
   op->request = std::move(request);
   op->context = context;
-  if (op->request.device->engine() == Engine::compat && enqueue_staged(*op, stream)) {
-    enqueue(std::move(op));
+  if (op->request.device->engine() == Engine::compat && enqueue_staged(op, stream)) {
     return;
   }
 #ifndef PHX_BREAK_STREAM_ORDER

@@ -86,6 +86,26 @@ TEST_F(StreamOrder, KernelAfterReadAsyncSeesTheFile) {
   EXPECT_EQ(mem.to_host(0, kSize), std::vector<std::byte>(file.begin() + 1000, file.end()));
 }
 
+// A long chain (2 GiB in 4 MiB chunks: about 1500 stream operations) must
+// not stall on a full stream queue.
+TEST_F(StreamOrder, LargeReadAsync) {
+  const std::size_t size = (std::size_t{2} << 30) + 5;
+  write_pattern_file(dir_ / "big", size, kSeed);
+  auto dev = Device::open(0, Engine::compat);
+  DeviceMemory mem(size);
+  auto reg = dev.register_memory(mem.data(), mem.size());
+  File f(dir_ / "big", O_RDONLY, 0644, DirectIo::off);
+  ssize_t done = -7;
+  f.read_async(reg, 0, size, 0, &done, stream_);
+  CUDA_OK(cudaStreamSynchronize(stream_));
+  ASSERT_EQ(done, static_cast<ssize_t>(size));
+  constexpr std::size_t kStep = std::size_t{256} << 20;
+  for (std::size_t at = 0; at < size; at += kStep) {
+    const std::size_t n = std::min(kStep, size - at);
+    ASSERT_EQ(find_mismatch(mem.to_host(at, n), kSeed, at), std::nullopt) << "at " << at;
+  }
+}
+
 // The paper's C signature, the legacy default stream, and end of file.
 TEST_F(StreamOrder, CApiOnTheDefaultStream) {
   constexpr std::size_t kSize = std::size_t{8} << 20;
