@@ -201,6 +201,16 @@ int main(int argc, char **argv) {
       "(--json) and a gdsio-style summary.\n\n" +
           engine_help(),
       "phxbench"};
+  app.footer(
+      "Sizes take K, M, G, T (powers of 1024); times take s, ms, min.\n"
+      "Exit status: 0 the run completed (and --verify found every byte right); 1 the run "
+      "failed; 2 bad arguments, or an engine or mode this build, machine or file cannot run; "
+      "3 --verify found wrong bytes.\n"
+      "Examples:\n"
+      "  phxbench -f /data/f -l 1G --create --verify -x host\n"
+      "  phxbench -f /data/f -x phoenix -m async -q 16 -s 64K --json\n"
+      "  phxbench -f /data/f -x compat -a rand -s 4K -t 32 --duration 10 --warmup 2s\n"
+      "Fields of the JSON record and the paper's experiments: docs/phxbench.md");
   app.set_version_flag("--version", std::string("phxbench ") + PHOENIX_VERSION_STRING +
                                         " (libphoenix " + phxfs_version() + ")");
   app.add_option("-f,--file", o.file, "File or raw block device to read or write")->required();
