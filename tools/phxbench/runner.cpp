@@ -301,8 +301,18 @@ struct Worker {
       }
       issued += n;
       const Clock::time_point t0 = Clock::now();
-      for (unsigned slot = 0; slot < n; ++slot) {
-        io->enqueue(dir, slot, shared->io_size, offsets[slot], &done[slot], stream->get());
+      try {
+        for (unsigned slot = 0; slot < n; ++slot) {
+          io->enqueue(dir, slot, shared->io_size, offsets[slot], &done[slot], stream->get());
+        }
+      } catch (...) {
+        // Requests already enqueued write into done[] when they finish.
+        try {
+          stream->synchronize();
+        } catch (...) {
+          // The enqueue error is the one to report.
+        }
+        throw;
       }
       stream->synchronize();
       record(t0, Clock::now());
