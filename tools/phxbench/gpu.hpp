@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
-// The few CUDA runtime calls phxbench needs.  gpu_cuda.cpp implements them
-// in builds with PHX_WITH_CUDA; gpu_none.cpp reports "no CUDA in this
-// build".  Failures throw Unavailable (no GPU) or std::runtime_error.
+// The few CUDA runtime calls phxbench needs (gpu.cpp).  In builds without
+// PHX_WITH_CUDA no GPU is usable.  Failures throw Unavailable (no GPU) or
+// std::runtime_error.
 #ifndef PHXBENCH_GPU_HPP
 #define PHXBENCH_GPU_HPP
 

@@ -1,11 +1,18 @@
 // SPDX-License-Identifier: MIT
+// The CUDA runtime calls, in builds with PHX_WITH_CUDA (statically linked
+// cudart: it loads the driver only when called, so phxbench starts on
+// machines without one); without CUDA every GPU is unusable.  One file
+// either way, so every build compiles and lints it.
+#include "gpu.hpp"
+
+#include "engine.hpp"
+#include "phoenix/config.h"
+
+#if PHX_WITH_CUDA
 #include <cuda_runtime_api.h>
 
 #include <stdexcept>
 #include <string>
-
-#include "engine.hpp"
-#include "gpu.hpp"
 
 namespace phxbench::gpu {
 namespace {
@@ -92,3 +99,42 @@ void Stream::synchronize() {
 }
 
 }  // namespace phxbench::gpu
+
+#else  // !PHX_WITH_CUDA
+
+namespace phxbench::gpu {
+namespace {
+
+[[noreturn]] void no_cuda() {
+  throw Unavailable("this phxbench was built without CUDA");
+}
+
+}  // namespace
+
+Probe probe(int /*device*/) noexcept {
+  return {false, "", "this phxbench was built without CUDA"};
+}
+
+DeviceBuffer::DeviceBuffer(int device, std::size_t bytes) : device_(device), size_(bytes) {
+  no_cuda();
+}
+// NOLINTNEXTLINE(performance-trivially-destructible): the CUDA build frees here
+DeviceBuffer::~DeviceBuffer() = default;
+void copy_to_device(int /*device*/, void * /*dst*/, const void * /*src*/, std::size_t /*bytes*/) {
+  no_cuda();
+}
+void copy_to_host(int /*device*/, void * /*dst*/, const void * /*src*/, std::size_t /*bytes*/) {
+  no_cuda();
+}
+Stream::Stream(int device) : device_(device) {
+  no_cuda();
+}
+// NOLINTNEXTLINE(performance-trivially-destructible): the CUDA build destroys here
+Stream::~Stream() = default;
+void Stream::synchronize() {
+  no_cuda();
+}
+
+}  // namespace phxbench::gpu
+
+#endif  // PHX_WITH_CUDA
