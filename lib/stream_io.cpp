@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: MIT
 #include "stream_io.hpp"
 
+#include "phoenix/config.h"
+
+#if PHX_WITH_CUDA
+
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -581,3 +585,19 @@ void submit_stream_ordered(StreamRequest request, CUstream_st *stream) {
 }
 
 }  // namespace phx::detail
+
+#else  // !PHX_WITH_CUDA
+
+#include <cerrno>
+
+#include "error.hpp"
+
+namespace phx::detail {
+
+void submit_stream_ordered(StreamRequest /*request*/, CUstream_st * /*stream*/) {
+  throw_errno(ENOTSUP, "stream-ordered I/O needs a libphoenix built with CUDA (PHX_WITH_CUDA)");
+}
+
+}  // namespace phx::detail
+
+#endif  // PHX_WITH_CUDA
