@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <mutex>
+#include <system_error>
 #include <utility>
 
 #include "driver.hpp"
@@ -172,12 +173,25 @@ bool direct_available(int device_id, std::string &reason) {
     }
   }
   const std::string path = device_node_path(device_id);
-  if (::access(path.c_str(), F_OK) == 0) {
-    reason = path + " present (phxfs module loaded)";
-    return true;
+  if (::access(path.c_str(), F_OK) != 0) {
+    reason = path + " absent (phxfs module not loaded or device not served)";
+    return false;
   }
-  reason = path + " absent (phxfs module not loaded or device not served)";
-  return false;
+  // The node can exist while its provider cannot pin yet (phxfs loaded
+  // before the NVIDIA driver): registrations would fail with ENODEV.
+  try {
+    const ModuleDeviceInfo info = open_phxfs_driver(device_id)->info();
+    if ((info.flags & PHXFS_INFO_PROVIDER_MISSING) != 0U) {
+      reason = path + " present, but its " + info.provider_name +
+               " provider's driver is not loaded (registrations would fail with ENODEV)";
+      return false;
+    }
+  } catch (const std::system_error &e) {
+    reason = path + " present but unusable: " + e.what();
+    return false;
+  }
+  reason = path + " present (phxfs module loaded)";
+  return true;
 }
 
 }  // namespace phx::detail
