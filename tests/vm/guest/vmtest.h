@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "phxfs_ioctl.h"
 
@@ -36,6 +37,19 @@ void *ram_alloc(size_t len);
 int read_exact(int fd, void *buf, size_t len, uint64_t off);
 int write_exact(int fd, const void *buf, size_t len, uint64_t off);
 size_t first_diff(const void *a, const void *b, size_t len);
+
+/* Reads one byte at p; returns the signal that raised (SIGBUS, SIGSEGV) or 0. */
+int touch_signal(volatile unsigned char *p);
+
+/* One O_DIRECT pread of size bytes at offset 0 into map, run on a thread. */
+struct inflight {
+  int raw;
+  unsigned char *map;
+  uint64_t size;
+  ssize_t result;
+  int err;
+};
+void *inflight_read(void *arg);
 
 #define FAILF(...)                      \
   do {                                  \

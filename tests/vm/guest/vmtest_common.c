@@ -3,6 +3,8 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,4 +188,33 @@ size_t first_diff(const void *a, const void *b, size_t len) {
     if (x[i] != y[i])
       return i;
   return len;
+}
+
+static sigjmp_buf touch_jump;
+
+static void on_touch_signal(int sig) {
+  siglongjmp(touch_jump, sig);
+}
+
+int touch_signal(volatile unsigned char *p) {
+  struct sigaction sa = {.sa_handler = on_touch_signal}, old_bus, old_segv;
+  int sig;
+
+  sigaction(SIGBUS, &sa, &old_bus);
+  sigaction(SIGSEGV, &sa, &old_segv);
+  sig = sigsetjmp(touch_jump, 1);
+  if (!sig) {
+    (void)*p;
+  }
+  sigaction(SIGBUS, &old_bus, NULL);
+  sigaction(SIGSEGV, &old_segv, NULL);
+  return sig;
+}
+
+void *inflight_read(void *arg) {
+  struct inflight *f = arg;
+
+  f->result = pread(f->raw, f->map, f->size, 0);
+  f->err = errno;
+  return NULL;
 }

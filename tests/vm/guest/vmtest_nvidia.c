@@ -277,26 +277,6 @@ static int t_exit_with_pins(char *detail, size_t len) {
   return 0;
 }
 
-static sigjmp_buf jump;
-
-static void on_signal(int sig) {
-  siglongjmp(jump, sig);
-}
-
-static int touch_signal(volatile unsigned char *p) {
-  struct sigaction sa = {.sa_handler = on_signal}, ob, os;
-  int sig;
-
-  sigaction(SIGBUS, &sa, &ob);
-  sigaction(SIGSEGV, &sa, &os);
-  sig = sigsetjmp(jump, 1);
-  if (!sig)
-    (void)*p;
-  sigaction(SIGBUS, &ob, NULL);
-  sigaction(SIGSEGV, &os, NULL);
-  return sig;
-}
-
 static int t_legacy_callback(char *detail, size_t len) {
   struct nvemu_alloc a;
   struct nvemu_stats before, after;
@@ -332,22 +312,6 @@ static int t_legacy_callback(char *detail, size_t len) {
   return 0;
 }
 
-struct inflight {
-  int raw;
-  unsigned char *map;
-  uint64_t size;
-  ssize_t result;
-  int err;
-};
-
-static void *reader(void *p) {
-  struct inflight *f = p;
-
-  f->result = pread(f->raw, f->map, f->size, 0);
-  f->err = errno;
-  return NULL;
-}
-
 static int t_legacy_callback_during_io(char *detail, size_t len) {
   const uint64_t size = 16 * MiB;
   struct nvemu_alloc a;
@@ -363,7 +327,7 @@ static int t_legacy_callback_during_io(char *detail, size_t len) {
   f = (struct inflight){
       .raw = open(raw_path, O_RDONLY | O_DIRECT), .map = phx_map(fd, &r), .size = size};
   EXPECT(f.raw >= 0 && f.map, "open+map");
-  EXPECT(!pthread_create(&th, NULL, reader, &f), "thread");
+  EXPECT(!pthread_create(&th, NULL, inflight_read, &f), "thread");
   usleep(2000);
   ret = emu_free(a.va);
   pthread_join(th, NULL);

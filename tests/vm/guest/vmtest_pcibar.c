@@ -588,30 +588,6 @@ static int t_threads(char *detail, size_t len) {
   return 0;
 }
 
-static sigjmp_buf sigbus_jump;
-
-static void on_sigbus(int sig) {
-  siglongjmp(sigbus_jump, sig);
-}
-
-/* Touching a revoked mapping must raise SIGBUS, not reach the memory. */
-static int touch_raises_sigbus(volatile unsigned char *p) {
-  struct sigaction sa = {.sa_handler = on_sigbus}, old_bus, old_segv;
-  int sig, got = 0;
-
-  sigaction(SIGBUS, &sa, &old_bus);
-  sigaction(SIGSEGV, &sa, &old_segv);
-  sig = sigsetjmp(sigbus_jump, 1);
-  if (!sig) {
-    (void)*p;
-  } else {
-    got = sig;
-  }
-  sigaction(SIGBUS, &old_bus, NULL);
-  sigaction(SIGSEGV, &old_segv, NULL);
-  return got;
-}
-
 static int t_revoke_idle(char *detail, size_t len) {
   struct region r;
   struct phxfs_info info;
@@ -628,7 +604,7 @@ static int t_revoke_idle(char *detail, size_t len) {
          (unsigned long long)info.regs_live);
   /* DEREGISTER with the mapping still in place revokes it. */
   EXPECT(!phx_deregister(r.fd, r.reg.handle), "deregister");
-  sig = touch_raises_sigbus(r.map);
+  sig = touch_signal(r.map);
   EXPECT(sig == SIGBUS, "touching a revoked mapping gave signal %d", sig);
   n = pread(raw, r.map, 64 * KiB, 0);
   EXPECT(n < 0 && errno == EFAULT, "O_DIRECT into a revoked mapping: %zd errno %d", n, errno);
@@ -643,22 +619,6 @@ static int t_revoke_idle(char *detail, size_t len) {
   return 0;
 }
 
-struct inflight {
-  int raw;
-  unsigned char *map;
-  uint64_t size;
-  ssize_t result;
-  int err;
-};
-
-static void *inflight_reader(void *p) {
-  struct inflight *f = p;
-
-  f->result = pread(f->raw, f->map, f->size, 0);
-  f->err = errno;
-  return NULL;
-}
-
 static int t_revoke_during_io(char *detail, size_t len) {
   const uint64_t size = 16 * MiB;
   struct inflight f;
@@ -671,7 +631,7 @@ static int t_revoke_during_io(char *detail, size_t len) {
   EXPECT(!ret, "region: %s", strerror(-ret));
   f = (struct inflight){.raw = open(raw_path, O_RDONLY | O_DIRECT), .map = r.map, .size = size};
   EXPECT(f.raw >= 0, "open raw");
-  EXPECT(!pthread_create(&th, NULL, inflight_reader, &f), "thread");
+  EXPECT(!pthread_create(&th, NULL, inflight_read, &f), "thread");
   usleep(2000);
   ret = phx_deregister(r.fd, r.reg.handle);
   pthread_join(th, NULL);
@@ -744,7 +704,7 @@ static int t_fork(char *detail, size_t len) {
   EXPECT(pid >= 0, "fork");
   if (pid == 0) {
     /* VM_DONTCOPY: the child has no mapping there. */
-    _exit(touch_raises_sigbus(r.map) == SIGSEGV ? 0 : 1);
+    _exit(touch_signal(r.map) == SIGSEGV ? 0 : 1);
   }
   EXPECT(waitpid(pid, &status, 0) == pid, "waitpid");
   EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0,
