@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: MIT
+// How an engine moves a gather's planned requests: through io_uring
+// straight into the registration's host view (direct, host), or through
+// pinned staging and GPU copies (compat).
+#ifndef PHOENIX_LIB_GATHER_MOVER_HPP
+#define PHOENIX_LIB_GATHER_MOVER_HPP
+
+#include <cstddef>
+#include <memory>
+#include <span>
+
+#include "aligned_io.hpp"
+#include "gather_plan.hpp"
+
+namespace phx::detail {
+
+struct RequestOutcome {
+  std::size_t bytes = 0;
+  int error = 0;  ///< 0 with bytes < size: a read that reached end of file
+};
+
+class GatherMover {
+ public:
+  GatherMover() = default;
+  virtual ~GatherMover() = default;
+  GatherMover(const GatherMover &) = delete;
+  GatherMover &operator=(const GatherMover &) = delete;
+  GatherMover(GatherMover &&) = delete;
+  GatherMover &operator=(GatherMover &&) = delete;
+
+  /// Runs every request; outcomes[i] is requests[i]'s.  Failures of single
+  /// requests go to their outcome; throws std::system_error only when the
+  /// mover itself breaks (io_uring, CUDA).
+  virtual void move(Direction dir, std::span<const PlannedRequest> requests,
+                    std::span<RequestOutcome> outcomes) = 0;
+};
+
+/// io_uring into the registrations' host views, @p depth entries.
+[[nodiscard]] std::unique_ptr<GatherMover> make_host_view_mover(unsigned depth);
+
+/// io_uring into pinned staging of @p depth x 2 slots of @p slot_size bytes,
+/// then cuMemcpyAsync on GPU @p device_id (PHX_WITH_CUDA builds; otherwise
+/// throws ENOTSUP).
+[[nodiscard]] std::unique_ptr<GatherMover> make_staged_mover(int device_id, unsigned depth,
+                                                             std::size_t slot_size);
+
+}  // namespace phx::detail
+
+#endif  // PHOENIX_LIB_GATHER_MOVER_HPP
