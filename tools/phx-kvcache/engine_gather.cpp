@@ -1,0 +1,155 @@
+// SPDX-License-Identifier: MIT
+// Engines on phx::Gather: the pool is a registration and each sequence's
+// blocks are one gather (merged, split and submitted by libphoenix).
+//   phoenix: direct engine, pool in device memory (or at --device-addr)
+//   compat:  compat engine, pool in device memory
+//   host:    host engine, pool in ordinary host memory
+//   pinned:  host engine, pool in pinned host memory: the ceiling for the
+//            same access pattern with no copy to the GPU
+#include <fcntl.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+#include "engine.hpp"
+#include "gpu.hpp"
+#include "phoenix/gather.hpp"
+
+namespace phx::kvcache {
+namespace {
+
+struct HostMemory {
+  explicit HostMemory(std::size_t bytes) : size(bytes) {
+    if (posix_memalign(&data, 4096, bytes) != 0) {
+      throw std::system_error(ENOMEM, std::generic_category(),
+                              "host pool of " + std::to_string(bytes) + " bytes");
+    }
+    std::memset(data, 0, bytes);
+  }
+  ~HostMemory() { std::free(data); }  // NOLINT(cppcoreguidelines-no-malloc)
+  HostMemory(const HostMemory &) = delete;
+  HostMemory &operator=(const HostMemory &) = delete;
+  HostMemory(HostMemory &&) = delete;
+  HostMemory &operator=(HostMemory &&) = delete;
+  void *data = nullptr;
+  std::size_t size;
+};
+
+phx::Engine library_engine(const std::string &name) {
+  if (name == "phoenix") {
+    return phx::Engine::direct;
+  }
+  if (name == "compat") {
+    return phx::Engine::compat;
+  }
+  return phx::Engine::host;
+}
+
+class GatherEngine final : public Engine {
+ public:
+  GatherEngine(const std::string &name, const EngineSetup &setup)
+      : name_(name), setup_(setup), device_(open_device(name, setup)) {
+    const std::size_t bytes = setup.block_size * setup.pool_blocks;
+    void *pool = nullptr;
+    if (setup.device_address) {
+      // NOLINTNEXTLINE(performance-no-int-to-ptr): a device address, not a host pointer
+      pool = reinterpret_cast<void *>(*setup.device_address);
+      memory_ = "device address";
+    } else if (name == "host") {
+      host_ = std::make_unique<HostMemory>(bytes);
+      pool = host_->data;
+      memory_ = "host";
+    } else {
+      gpu_ = std::make_unique<gpu::Memory>(name == "pinned" ? gpu::Kind::pinned : gpu::Kind::device,
+                                           setup.device, bytes);
+      pool = gpu_->data();
+      memory_ = name == "pinned" ? "pinned host" : "device";
+    }
+    pool_ = device_.register_memory(pool, bytes);
+    file_ = std::make_unique<File>(setup.file, O_RDONLY, 0,
+                                   setup.direct_io ? DirectIo::preferred : DirectIo::off);
+    gather_ = std::make_unique<Gather>(device_, GatherOptions{.max_request = setup.max_request,
+                                                              .queue_depth = setup.queue_depth,
+                                                              .merge = setup.merge});
+  }
+
+  std::size_t load(std::span<const std::uint64_t> blocks,
+                   std::span<const std::uint64_t> slots) override {
+    const GatherResult r =
+        gather_->read(paged_blocks(*file_, pool_, setup_.block_size, blocks, slots));
+    if (!r.ok()) {
+      const GatherFailure &f = r.failures.front();
+      throw std::runtime_error(
+          "block " + std::to_string(blocks[f.index]) + " (" + std::to_string(r.failures.size()) +
+          " of " + std::to_string(blocks.size()) + " blocks failed): " +
+          (f.error != 0 ? std::string(std::strerror(f.error)) : std::string("end of file")) +
+          " after " + std::to_string(f.bytes) + " bytes");
+    }
+    return r.requests;
+  }
+
+  void fetch(std::uint64_t slot, std::span<std::byte> out) override {
+    const std::size_t offset = slot * setup_.block_size;
+    if (pool_.host_view() != nullptr) {
+      std::memcpy(out.data(), pool_.host_view() + offset, out.size());
+    } else {
+      gpu::to_host(out.data(), static_cast<std::byte *>(pool_.device_address()) + offset,
+                   out.size());
+    }
+  }
+
+  [[nodiscard]] nlohmann::json describe() const override {
+    return {{"library_engine", std::string(to_string(device_.engine()))},
+            {"pool_memory", memory_},
+            {"queue_depth", gather_->options().queue_depth},
+            {"max_request", gather_->options().max_request},
+            {"merge", gather_->options().merge},
+            {"direct_io", file_->direct_io()}};
+  }
+
+ private:
+  static Device open_device(const std::string &name, const EngineSetup &setup) {
+    try {
+      return Device::open(setup.device, library_engine(name));
+    } catch (const std::system_error &e) {
+      if (e.code().value() == ENODEV || e.code().value() == ENOTSUP) {
+        throw Unavailable(e.what());
+      }
+      throw;
+    }
+  }
+
+  std::string name_;
+  EngineSetup setup_;
+  Device device_;
+  std::string memory_;
+  std::unique_ptr<HostMemory> host_;
+  std::unique_ptr<gpu::Memory> gpu_;
+  Registration pool_;
+  std::unique_ptr<File> file_;
+  std::unique_ptr<Gather> gather_;
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> make_gather_engine(const std::string &name, const EngineSetup &setup) {
+  return std::make_unique<GatherEngine>(name, setup);
+}
+
+std::unique_ptr<Engine> make_engine(const std::string &name, const EngineSetup &setup) {
+  if (name == "phoenix" || name == "compat" || name == "host" || name == "pinned") {
+    return make_gather_engine(name, setup);
+  }
+  if (name == "posix") {
+    return make_posix_engine(setup);
+  }
+  if (name == "gds") {
+    return make_gds_engine(setup);
+  }
+  throw std::invalid_argument("unknown engine \"" + name +
+                              "\" (phoenix, compat, gds, posix, host, pinned)");
+}
+
+}  // namespace phx::kvcache
