@@ -249,6 +249,8 @@ def main():
                 (["-l", "1G"], "--length"),
                 (["-l", "1000", "-s", "4K"], "smaller than one I/O"),
                 (["-s", "1M", "-t", "9"], "threads"),
+                (["-x", "host", "--device-addr", "0x1000"], "phoenix"),
+                (["-x", "phoenix", "--device-addr", "0xzz"], "0xzz"),
         ):
             r = t.run("-f", path, *args)
             t.check(r.returncode == 2 and needle in r.stderr,
@@ -262,6 +264,8 @@ def main():
         if not os.path.exists("/dev/phxfs_dev0"):
             r = t.run("-f", path, "-x", "phoenix")
             t.check(r.returncode == 2 and "phxfs" in r.stderr, f"phoenix: {r.stderr}")
+            r = t.run("-f", path, "-x", "phoenix", "--device-addr", "0xc000000")
+            t.check(r.returncode == 2 and "phxfs" in r.stderr, f"phoenix --device-addr: {r.stderr}")
         if not os.path.exists("/dev/nvidia0"):
             for engine in ("compat", "gds"):
                 r = t.run("-f", path, "-x", engine)

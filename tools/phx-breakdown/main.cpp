@@ -12,9 +12,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <array>
 #include <cerrno>
-#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <iomanip>
@@ -24,36 +22,28 @@
 #include <optional>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
-#include "gpu.hpp"
-#include "host_buffer.hpp"
+#include "engine_spec.hpp"
 #include "options.hpp"
-#include "pattern.hpp"
+#include "pattern_file.hpp"
 #include "phoenix/config.h"
 #include "phoenix/phoenix.h"
 #include "phoenix/phoenix.hpp"
+#include "timing.hpp"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using nlohmann::ordered_json;
 
 constexpr int kExitFailed = 1;
 constexpr int kExitUsage = 2;
 constexpr std::size_t kReadSize = std::size_t{64} * 1024;  // the paper's Table 1 read
 
-struct EngineSpec {
-  const char *name;            // phxbench's name
-  const char *library_engine;  // phx::parse_engine's
-  bool gpu_memory;
-};
-constexpr std::array<EngineSpec, 4> kEngines{{
-    {"phoenix", "direct", true},
-    {"compat", "compat", true},
-    {"gds", "cufile", true},
-    {"host", "host", false},
-}};
+using phxbench::Clock;
+using phxbench::EngineSpec;
+using phxbench::us_since;
 
 struct Options {
   std::vector<std::string> engines;
@@ -66,52 +56,26 @@ struct Options {
   bool quiet = false;
 };
 
-double us_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-}
-
-// Memory of the kind the engine registers.
-class Memory {
- public:
-  Memory(const EngineSpec &spec, int device, std::size_t bytes) {
-    if (spec.gpu_memory) {
-      gpu_ = std::make_unique<phxbench::gpu::DeviceBuffer>(device, bytes);
-    } else {
-      host_ = std::make_unique<phxbench::HostBuffer>(bytes);
-    }
-  }
-  [[nodiscard]] void *data() const { return gpu_ ? gpu_->data() : host_->data(); }
-
- private:
-  std::unique_ptr<phxbench::gpu::DeviceBuffer> gpu_;
-  std::unique_ptr<phxbench::HostBuffer> host_;
-};
-
 class Recorder {
  public:
   explicit Recorder(const Options &options) : options_(options) {}
 
   void add(const EngineSpec &spec, const std::string &step, std::uint64_t size,
            std::vector<double> samples) {
-    const double first = samples.front();
-    std::sort(samples.begin(), samples.end());
-    double sum = 0;
-    for (const double s : samples) {
-      sum += s;
-    }
-    ordered_json rec = {
+    const phxbench::SampleSummary stats = phxbench::summarize(std::move(samples));
+    const ordered_json rec = {
         {"schema", "phx-breakdown/1"},
         {"engine", spec.name},
         {"library_engine", spec.library_engine},
         {"memory", spec.gpu_memory ? "gpu" : "host"},
         {"step", step},
         {"size", size},
-        {"repeat", samples.size()},
-        {"first_us", first},
-        {"mean_us", sum / static_cast<double>(samples.size())},
-        {"min_us", samples.front()},
-        {"p50_us", samples[(samples.size() - 1) / 2]},
-        {"max_us", samples.back()},
+        {"repeat", stats.count},
+        {"first_us", stats.first},
+        {"mean_us", stats.mean},
+        {"min_us", stats.min},
+        {"p50_us", stats.p50},
+        {"max_us", stats.max},
         {"device", options_.device},
         {"version", phxfs_version()},
     };
@@ -122,8 +86,8 @@ class Recorder {
       std::ostream &out = options_.json ? std::cerr : std::cout;
       out << std::left << std::setw(8) << spec.name << std::setw(16) << step << std::right
           << std::setw(12) << size << "  mean " << std::fixed << std::setprecision(1)
-          << std::setw(12) << rec["mean_us"].get<double>() << " us  p50 " << std::setw(12)
-          << rec["p50_us"].get<double>() << " us  first " << std::setw(12) << first << " us\n";
+          << std::setw(12) << stats.mean << " us  p50 " << std::setw(12) << stats.p50
+          << " us  first " << std::setw(12) << stats.first << " us\n";
     }
   }
 
@@ -136,7 +100,7 @@ class Recorder {
 void table1(const Options &o, const EngineSpec &spec, phx::Engine engine, Recorder &rec) {
   std::vector<double> open_us, file_open_us, reg_us, first_read_us, read_us, dereg_us,
       file_close_us, close_us;
-  const Memory memory(spec, o.device, kReadSize);
+  const phxbench::Memory memory(spec, o.device, kReadSize);
   for (unsigned i = 0; i < o.repeat; ++i) {
     Clock::time_point t0 = Clock::now();
     std::optional<phx::Device> dev(phx::Device::open(o.device, engine));
@@ -187,7 +151,7 @@ void registration_sweep(const Options &o, const EngineSpec &spec, phx::Engine en
                         const std::vector<std::uint64_t> &sizes, Recorder &rec) {
   phx::Device dev = phx::Device::open(o.device, engine);
   for (const std::uint64_t size : sizes) {
-    const Memory memory(spec, o.device, size);
+    const phxbench::Memory memory(spec, o.device, size);
     std::vector<double> reg_us;
     std::vector<double> dereg_us;
     for (unsigned i = 0; i < o.repeat; ++i) {
@@ -203,42 +167,13 @@ void registration_sweep(const Options &o, const EngineSpec &spec, phx::Engine en
   }
 }
 
-// Why the engine cannot run here, or nothing.
-std::optional<std::string> unavailable(const EngineSpec &spec, int device, phx::Engine *engine) {
-  try {
-    *engine = phx::parse_engine(spec.library_engine);
-  } catch (const std::system_error &) {
-    return std::string("not in this libphoenix");
-  }
-  try {
-    const phx::Device dev = phx::Device::open(device, *engine);
-  } catch (const std::system_error &e) {
-    return std::string(e.what());
-  }
-  if (spec.gpu_memory) {
-    const phxbench::gpu::Probe probe = phxbench::gpu::probe(device);
-    if (!probe.usable) {
-      return "needs GPU memory, but " + probe.reason;
-    }
-  }
-  return std::nullopt;
-}
-
-void create_file(const std::string &path, std::size_t bytes) {
-  std::vector<std::byte> data(bytes);
-  phxbench::fill_pattern(data, 0);
-  phx::File file(path, O_RDWR | O_CREAT | O_TRUNC, 0644, phx::DirectIo::off);
-  (void)file.write(std::span<const std::byte>(data), 0);
-  file.sync();
-}
-
 }  // namespace
 
 int main(int argc, char **argv) {
   Options o;
   std::vector<std::string> names;
-  names.reserve(kEngines.size());
-  for (const EngineSpec &e : kEngines) {
+  names.reserve(phxbench::libphoenix_engines().size());
+  for (const EngineSpec &e : phxbench::libphoenix_engines()) {
     names.emplace_back(e.name);
   }
   CLI::App app{
@@ -295,18 +230,18 @@ int main(int argc, char **argv) {
       scratch = std::filesystem::path("/var/tmp") /
                 ("phx-breakdown-" + std::to_string(::getpid()) + ".dat");
       o.file = scratch->string();
-      create_file(o.file, kReadSize);
+      phxbench::create_pattern_file(o.file, kReadSize);
     }
     Recorder rec(o);
     const bool named = !o.engines.empty();
     unsigned measured = 0;
     bool failed = false;
-    for (const EngineSpec &spec : kEngines) {
+    for (const EngineSpec &spec : phxbench::libphoenix_engines()) {
       if (named && std::find(o.engines.begin(), o.engines.end(), spec.name) == o.engines.end()) {
         continue;
       }
       phx::Engine engine = phx::Engine::host;
-      if (const auto why = unavailable(spec, o.device, &engine)) {
+      if (const auto why = phxbench::unavailable_reason(spec, o.device, &engine)) {
         std::cerr << "phx-breakdown: not available: " << spec.name << " engine: " << *why << '\n';
         continue;
       }

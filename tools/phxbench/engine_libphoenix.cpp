@@ -2,8 +2,12 @@
 #include "engine_libphoenix.hpp"
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <optional>
+#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -42,18 +46,33 @@ bool unavailable_errno(int err) {
   return err == ENODEV || err == ENOTSUP || err == EPROTO;
 }
 
+// Threads given --device-addr ranges take one each, this far apart, so two
+// ranges never share a page of the module (whose page size is at most this).
+constexpr std::uint64_t kDeviceRangeAlign = std::uint64_t{2} << 20;
+
+// Where a worker's buffer lives: GPU or host memory this tool allocates, or
+// device addresses given on the command line.
+struct BufferPlace {
+  BufferMemory memory;
+  int gpu_device;                            ///< CUDA device of GPU memory, else -1
+  std::optional<std::uint64_t> device_addr;  ///< set: register these addresses
+};
+
 class LibphoenixThreadIo final : public ThreadIo {
  public:
-  LibphoenixThreadIo(phx::Device &device, phx::File &file, BufferMemory memory, int gpu_device,
+  LibphoenixThreadIo(phx::Device &device, phx::File &file, const BufferPlace &place,
                      std::string_view tool_name, std::size_t slot_size, unsigned slots)
       : file_(file),
-        gpu_device_(gpu_device),
+        gpu_device_(place.gpu_device),
         tool_name_(tool_name),
         stride_(slot_stride(slot_size)) {
     const std::size_t bytes = stride_ * slots;
     void *base = nullptr;
-    if (memory == BufferMemory::gpu) {
-      gpu_buffer_ = std::make_unique<gpu::DeviceBuffer>(gpu_device, bytes);
+    if (place.device_addr) {
+      // NOLINTNEXTLINE(performance-no-int-to-ptr): device addresses are integers here
+      base = reinterpret_cast<void *>(static_cast<std::uintptr_t>(*place.device_addr));
+    } else if (place.memory == BufferMemory::gpu) {
+      gpu_buffer_ = std::make_unique<gpu::DeviceBuffer>(gpu_device_, bytes);
       base = gpu_buffer_->data();
     } else {
       host_buffer_ = std::make_unique<HostBuffer>(bytes);
@@ -104,7 +123,7 @@ class LibphoenixThreadIo final : public ThreadIo {
   }
 
   void load(unsigned slot, std::span<const std::byte> data) override {
-    std::byte *dst = static_cast<std::byte *>(reg_.device_address()) + slot * stride_;
+    std::byte *dst = slot_address(slot);
     if (gpu_buffer_) {
       gpu::copy_to_device(gpu_device_, dst, data.data(), data.size());
     } else {
@@ -113,7 +132,7 @@ class LibphoenixThreadIo final : public ThreadIo {
   }
 
   void store(unsigned slot, std::span<std::byte> out) override {
-    const std::byte *src = static_cast<const std::byte *>(reg_.device_address()) + slot * stride_;
+    const std::byte *src = slot_address(slot);
     if (gpu_buffer_) {
       gpu::copy_to_host(gpu_device_, out.data(), src, out.size());
     } else {
@@ -122,6 +141,15 @@ class LibphoenixThreadIo final : public ThreadIo {
   }
 
  private:
+  // Memory this tool allocated is reached at its own address (by cudaMemcpy
+  // for the GPU's); device addresses given on the command line through the
+  // registration's host view.
+  [[nodiscard]] std::byte *slot_address(unsigned slot) const {
+    std::byte *base = host_buffer_ || gpu_buffer_ ? static_cast<std::byte *>(reg_.device_address())
+                                                  : reg_.host_view();
+    return base + slot * stride_;
+  }
+
   phx::File &file_;
   int gpu_device_;
   std::string tool_name_;
@@ -134,36 +162,48 @@ class LibphoenixThreadIo final : public ThreadIo {
 
 class LibphoenixEngine final : public Engine {
  public:
-  LibphoenixEngine(phx::Device device, std::string_view tool_name, BufferMemory memory,
-                   int gpu_device, std::string gpu_name)
+  LibphoenixEngine(phx::Device device, std::string_view tool_name, BufferPlace place,
+                   std::string gpu_name)
       : device_(std::move(device)),
         tool_name_(tool_name),
-        memory_(memory),
-        gpu_device_(gpu_device),
+        place_(place),
+        next_addr_(place.device_addr),
         gpu_name_(std::move(gpu_name)) {}
 
   EngineInfo info() const override {
     std::string detail = device_.engine_reason();
     if (!gpu_name_.empty()) {
-      detail += "; GPU " + std::to_string(gpu_device_) + ": " + gpu_name_;
+      detail += "; GPU " + std::to_string(place_.gpu_device) + ": " + gpu_name_;
+    }
+    if (place_.device_addr) {
+      std::ostringstream addr;
+      addr << std::hex << *place_.device_addr;
+      detail += "; device addresses from 0x" + addr.str() + " (--device-addr)";
     }
     return {std::string(phx::to_string(device_.engine())),
-            memory_ == BufferMemory::gpu ? "gpu" : "host", detail};
+            place_.memory == BufferMemory::gpu ? "gpu" : "host", detail};
   }
 
   std::unique_ptr<ThreadIo> open_thread(phx::File &file, std::size_t slot_size,
                                         unsigned slots) override {
-    return std::make_unique<LibphoenixThreadIo>(device_, file, memory_, gpu_device_, tool_name_,
-                                                slot_size, slots);
+    BufferPlace place{place_.memory, place_.gpu_device, std::nullopt};
+    if (next_addr_) {
+      const std::lock_guard lock(mutex_);
+      place.device_addr = next_addr_;
+      const std::uint64_t bytes = slot_stride(slot_size) * slots;
+      *next_addr_ += (bytes + kDeviceRangeAlign - 1) / kDeviceRangeAlign * kDeviceRangeAlign;
+    }
+    return std::make_unique<LibphoenixThreadIo>(device_, file, place, tool_name_, slot_size, slots);
   }
 
-  int cuda_device() const noexcept override { return gpu_device_; }
+  int cuda_device() const noexcept override { return place_.gpu_device; }
 
  private:
   phx::Device device_;
   std::string tool_name_;
-  BufferMemory memory_;
-  int gpu_device_;
+  BufferPlace place_;
+  std::mutex mutex_;
+  std::optional<std::uint64_t> next_addr_;  // the next thread's range, under mutex_
   std::string gpu_name_;
 };
 
@@ -189,17 +229,23 @@ std::unique_ptr<Engine> make_libphoenix_engine(const Options &options, std::stri
     }
     throw;
   }
-  int gpu_device = -1;
+  BufferPlace place{memory, -1, std::nullopt};
   std::string gpu_name;
-  if (memory == BufferMemory::gpu) {
+  if (options.device_addr) {
+    if (memory != BufferMemory::gpu) {
+      throw std::invalid_argument("--device-addr: the " + name +
+                                  " engine registers host memory, not device addresses");
+    }
+    place.device_addr = options.device_addr;
+  } else if (memory == BufferMemory::gpu) {
     const gpu::Probe probe = gpu::probe(options.device);
     if (!probe.usable) {
       throw Unavailable(name + " engine: needs GPU memory, but " + probe.reason);
     }
-    gpu_device = options.device;
+    place.gpu_device = options.device;
     gpu_name = probe.name;
   }
-  return std::make_unique<LibphoenixEngine>(std::move(*device), tool_name, memory, gpu_device,
+  return std::make_unique<LibphoenixEngine>(std::move(*device), tool_name, place,
                                             std::move(gpu_name));
 }
 

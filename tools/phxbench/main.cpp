@@ -24,12 +24,11 @@
 
 #include "engine.hpp"
 #include "options.hpp"
-#include "pattern.hpp"
+#include "pattern_file.hpp"
 #include "phoenix/config.h"
 #include "phoenix/phoenix.h"
 #include "report.hpp"
 #include "runner.hpp"
-#include "unique_fd.hpp"
 
 namespace {
 
@@ -51,6 +50,7 @@ struct RawOptions {
   std::string mode = "sync";
   std::string io = "read";
   std::string pattern = "seq";
+  std::string device_addr;
 };
 
 std::string engine_help() {
@@ -99,43 +99,14 @@ void finish_options(const RawOptions &raw, Options &o) {
         "sync mode runs one request at a time per thread; --depth applies "
         "to async, batch and stream");
   }
+  if (!raw.device_addr.empty()) {
+    if (o.engine != "phoenix") {
+      throw std::invalid_argument("--device-addr is for the phoenix engine (-x phoenix) only");
+    }
+    o.device_addr = phxbench::parse_address(raw.device_addr);
+  }
   if (o.create && o.length == 0) {
     throw std::invalid_argument("--create needs --length (the size to create)");
-  }
-}
-
-// Writes the pattern over [0, length) of path, creating a regular file if
-// needed and cutting an existing one to length.
-void create_pattern_file(const std::string &path, std::uint64_t length) {
-  const phxbench::UniqueFd file(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-  const int fd = file.get();
-  if (fd < 0) {
-    throw std::system_error(errno, std::system_category(), "--create: open " + path);
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    throw std::system_error(errno, std::system_category(), "--create: stat " + path);
-  }
-  if (S_ISREG(st.st_mode) && ::ftruncate(fd, static_cast<off_t>(length)) != 0) {
-    throw std::system_error(errno, std::system_category(), "--create: truncate " + path);
-  }
-  constexpr std::size_t kChunk = std::size_t{8} << 20;
-  std::vector<std::byte> chunk(kChunk);
-  for (std::uint64_t offset = 0; offset < length;) {
-    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, length - offset));
-    phxbench::fill_pattern(std::span(chunk).first(n), offset);
-    const ssize_t done = ::pwrite(fd, chunk.data(), n, static_cast<off_t>(offset));
-    if (done < 0 && errno == EINTR) {
-      continue;
-    }
-    if (done <= 0) {
-      throw std::system_error(done < 0 ? errno : EIO, std::system_category(),
-                              "--create: write " + path + " at offset " + std::to_string(offset));
-    }
-    offset += static_cast<std::uint64_t>(done);
-  }
-  if (::fsync(fd) != 0) {
-    throw std::system_error(errno, std::system_category(), "--create: fsync " + path);
   }
 }
 
@@ -143,7 +114,7 @@ int run(const Options &o) {
   phxbench::RunContext context;
   context.started_at = phxbench::utc_now();
   if (o.create) {
-    create_pattern_file(o.file, o.length);
+    phxbench::create_pattern_file(o.file, o.length);
   }
   const phxbench::EngineEntry *entry = phxbench::find_engine(o.engine);
   const std::unique_ptr<phxbench::Engine> engine = entry->make(o);
@@ -210,6 +181,7 @@ int main(int argc, char **argv) {
       "  phxbench -f /data/f -l 1G --create --verify -x host\n"
       "  phxbench -f /data/f -x phoenix -m async -q 16 -s 64K --json\n"
       "  phxbench -f /data/f -x compat -a rand -s 4K -t 32 --duration 10 --warmup 2s\n"
+      "  phxbench -f /mnt/f -x phoenix -d 1 --device-addr 0xc000000 --verify   (the rig)\n"
       "Fields of the JSON record and the paper's experiments: docs/phxbench.md");
   app.set_version_flag("--version", std::string("phxbench ") + PHOENIX_VERSION_STRING +
                                         " (libphoenix " + phxfs_version() + ")");
@@ -248,6 +220,12 @@ int main(int argc, char **argv) {
   app.add_option("-d,--device", o.device, "Device id: phxfs device and CUDA GPU")
       ->check(CLI::Range(0, 63))
       ->capture_default_str();
+  app.add_option("--device-addr", raw.device_addr,
+                 "phoenix engine: register device addresses from ADDR on (0x hex, decimal or a "
+                 "size such as 192M) instead of allocating GPU memory; each thread takes the "
+                 "next 2 MiB-aligned range.  For phxfs providers whose device addresses are not "
+                 "CUDA's, such as the rig's PCI BAR (addresses are BAR byte offsets)")
+      ->type_name("ADDR");
   app.add_option("--duration", raw.duration,
                  "Run for this long (seconds; suffixes s, ms, min) instead of one pass");
   app.add_option("--total", raw.total,

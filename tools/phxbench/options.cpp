@@ -80,6 +80,26 @@ std::uint64_t parse_size(std::string_view text) {
   return static_cast<std::uint64_t>(bytes);
 }
 
+std::uint64_t parse_address(std::string_view text) {
+  if (text.starts_with("0x") || text.starts_with("0X")) {
+    const std::string_view digits = text.substr(2);
+    std::uint64_t value = 0;
+    const char *end = digits.data() + digits.size();
+    const auto [ptr, ec] = std::from_chars(digits.data(), end, value, 16);
+    if (digits.empty() || ec != std::errc() || ptr != end) {
+      throw std::invalid_argument("address '" + std::string(text) +
+                                  "' is not a hexadecimal number below 2^64");
+    }
+    return value;
+  }
+  try {
+    return parse_size(text);
+  } catch (const std::invalid_argument &) {
+    throw std::invalid_argument("address '" + std::string(text) +
+                                "' is neither 0x<hex>, a number nor a size (192M)");
+  }
+}
+
 double parse_seconds(std::string_view text) {
   const auto [value, unit] = number_and_unit(text, "time");
   if (unit.empty() || unit == "s") {

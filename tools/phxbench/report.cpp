@@ -67,6 +67,7 @@ ordered_json make_record(const Options &o, const RunContext &c, const RunResult 
       {"threads", o.threads},
       {"depth", o.depth},
       {"device", o.device},
+      {"device_addr", optional_json(o.device_addr)},
       {"duration_s", optional_json(o.duration_s)},
       {"total_bytes", optional_json(o.total_bytes)},
       {"warmup_s", optional_json(o.warmup_s)},

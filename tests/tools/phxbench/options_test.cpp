@@ -27,6 +27,27 @@ TEST(Options, SizesArePowersOf1024) {
   EXPECT_EQ(parse_size("0"), 0U);
 }
 
+TEST(Options, AddressesAreHexNumbersOrSizes) {
+  EXPECT_EQ(parse_address("0xc000000"), 192ULL << 20);
+  EXPECT_EQ(parse_address("0XC000000"), 192ULL << 20);
+  EXPECT_EQ(parse_address("201326592"), 192ULL << 20);
+  EXPECT_EQ(parse_address("192M"), 192ULL << 20);
+  EXPECT_EQ(parse_address("0"), 0U);
+  EXPECT_EQ(parse_address("0xffffffffffffffff"), ~0ULL);
+}
+
+TEST(Options, BadAddressesAreRefusedWithTheValue) {
+  for (const char *bad : {"0x", "0xg1", "0x1 ", "0x10000000000000000", "-4", "4Q", ""}) {
+    try {
+      (void)parse_address(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const std::invalid_argument &e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("'") + bad + "'"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(Options, BadSizesAreRefusedWithTheValue) {
   for (const char *bad : {"", "K", "4Q", "-1", "1.3", "4KK", "1e30", "nan", "16 M"}) {
     try {
