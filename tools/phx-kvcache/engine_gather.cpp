@@ -20,6 +20,9 @@
 namespace phx::kvcache {
 namespace {
 
+// libphoenix's default request limit for compat gathers (gather.hpp).
+constexpr std::size_t kCompatRequest = std::size_t{256} << 10;
+
 struct HostMemory {
   explicit HostMemory(std::size_t bytes) : size(bytes) {
     if (posix_memalign(&data, 4096, bytes) != 0) {
@@ -70,7 +73,10 @@ class GatherEngine final : public Engine {
     pool_ = device_.register_memory(pool, bytes);
     file_ = std::make_unique<File>(setup.file, O_RDONLY, 0,
                                    setup.direct_io ? DirectIo::preferred : DirectIo::off);
-    gather_ = std::make_unique<Gather>(device_, GatherOptions{.max_request = setup.max_request,
+    // The ceiling reads exactly the requests compat reads: its request limit.
+    const std::size_t max_request =
+        setup.max_request == 0 && name == "pinned" ? kCompatRequest : setup.max_request;
+    gather_ = std::make_unique<Gather>(device_, GatherOptions{.max_request = max_request,
                                                               .queue_depth = setup.queue_depth,
                                                               .merge = setup.merge});
   }

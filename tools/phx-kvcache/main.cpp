@@ -37,6 +37,7 @@ struct Options {
   std::string device_addr;
   std::string max_request = "0";
   std::size_t pool_blocks = 0;
+  std::size_t max_sequences = 0;
   unsigned queue_depth = 0;
   int device = 0;
   bool verify = false;
@@ -69,6 +70,7 @@ json base_record(const Options &o, const Trace &trace, std::size_t block_size,
                  const std::string &engine) {
   json r = {{"tool", "phx-kvcache"},
             {"trace", trace.name},
+            {"max_sequences", o.max_sequences},
             {"block_size", block_size},
             {"engine", engine},
             {"file", o.file},
@@ -97,6 +99,9 @@ int main(int argc, char **argv) {
       ->capture_default_str();
   app.add_option("--min-file-size", o.min_file_size,
                  "make the file at least this long, so one file serves several block sizes")
+      ->capture_default_str();
+  app.add_option("--max-sequences", o.max_sequences,
+                 "replay only the trace's first N sequences (0: all): quick runs")
       ->capture_default_str();
   app.add_flag("--verify", o.verify, "check every block loaded against the file's pattern");
   app.add_option("--pool-blocks", o.pool_blocks,
@@ -151,6 +156,9 @@ int main(int argc, char **argv) {
   Trace trace;
   try {
     trace = load_trace(o.trace);
+    if (o.max_sequences != 0 && trace.sequences.size() > o.max_sequences) {
+      trace.sequences.resize(o.max_sequences);
+    }
     const std::uint64_t need = (trace.largest_block() + 1) * block_size;
     if (o.stats) {
       std::cout << json{{"tool", "phx-kvcache"},

@@ -1,0 +1,180 @@
+# SPDX-License-Identifier: MIT
+"""Fig 11: KV-cache block loading.  Four real traces of paged KV-cache
+block reads (../shared/data/kvcache-traces) replayed by phx-kvcache into a
+paged pool with block sizes of 8, 16 and 64 KiB, every block verified.
+Next to the engines asked for, the same access pattern read into pinned
+host memory ("pinned", the ceiling a GPU engine can approach) runs in the
+same call, so each (trace, block size) yields the goal's two ratios:
+compat / posix (a per-block pread + cudaMemcpy loop) and compat / pinned."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+from ..plotting import color, figure, save
+from ..records import measured
+
+NAME = "fig11"
+TITLE = "KV-cache block loading: bandwidth and per-sequence latency (paper Fig 11)"
+
+TRACES = ("paper_assit.txt", "gsm100.txt", "quality.txt", "sharegpt-sample-200.txt")
+BLOCK_SIZES = (8 << 10, 16 << 10, 64 << 10)
+# --quick: the first sequences of the smallest trace.
+QUICK_TRACE = "quality.txt"
+QUICK_SEQUENCES = 4
+# The engines phx-kvcache knows, in plotting order; "pinned" is the ceiling.
+KV_ENGINES = ("phoenix", "compat", "gds", "posix", "host")
+GPU_ENGINES = {"phoenix", "compat", "gds", "posix"}
+# Where the rig's guest finds the traces (bench/phxrepro/rig.py copies
+# GUEST_FILES into the guest folder, mounted at /phx).
+GUEST_TRACES = "/phx/kvcache-traces"
+# The rig's device 0 BAR is 256 MiB.
+RIG_POOL_BYTES = 256 << 20
+
+
+def traces_dir() -> pathlib.Path:
+    env = os.environ.get("PHX_KVCACHE_TRACES")
+    if env:
+        return pathlib.Path(env)
+    return pathlib.Path(__file__).resolve().parents[4] / "shared" / "data" / "kvcache-traces"
+
+
+def guest_files() -> dict:
+    """Files the rig's guest needs: relative guest path -> host path."""
+    return {f"kvcache-traces/{t}": traces_dir() / t for t in TRACES}
+
+
+GUEST_FILES = guest_files()
+
+
+def trace_shape(path: pathlib.Path, max_sequences: int = 0) -> tuple[int, int]:
+    """(largest block id, blocks of the longest sequence) of the first
+    max_sequences sequences (0: all)."""
+    largest, longest, seqs, blocks = 0, 0, 0, 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("Seq"):
+                longest = max(longest, blocks)
+                seqs, blocks = seqs + 1, 0
+                if max_sequences and seqs > max_sequences:
+                    break
+            elif line.startswith("Round") and "[" in line:
+                ids = [int(x) for x in line[line.index("[") + 1:line.index("]")].split(",")
+                       if x.strip()]
+                largest = max([largest, *ids])
+                blocks += len(ids)
+    return largest, max(longest, blocks)
+
+
+def plan(ctx):
+    """(trace, max_sequences) pairs, block sizes, engines for phx-kvcache."""
+    if ctx.quick:
+        runs = [(QUICK_TRACE, QUICK_SEQUENCES)]
+    else:
+        runs = [(t, 0) for t in TRACES]
+    engines = [e for e in KV_ENGINES if ctx.wants(e)]
+    if GPU_ENGINES & set(engines) and ctx.mode == "local":
+        engines.append("pinned")  # the ceiling, for the goal's second ratio
+    return runs, list(BLOCK_SIZES), engines
+
+
+def run(ctx) -> list[dict]:
+    runs, sizes, engines = plan(ctx)
+    if not engines:
+        return []
+    local = ctx.mode == "local"
+    host_dir = traces_dir()
+    trace_dir = str(host_dir) if local else GUEST_TRACES
+    shapes = {t: trace_shape(host_dir / t, n) for t, n in runs}
+    need = max((largest + 1) * max(sizes) for largest, _ in shapes.values())
+    path = ctx.scratch_file("fig11-kv.bin")
+    records = []
+    for trace, max_seq in runs:
+        for size in sizes:
+            # Engines one call each: an unavailable engine (exit 2) keeps
+            # the others' records, and each engine's pool is freed before
+            # the next one allocates.
+            for engine in engines:
+                cmd = [ctx.tool("phx-kvcache"), "--trace", f"{trace_dir}/{trace}",
+                       "--block-size", str(size), "--engine", engine, "--verify",
+                       "--file", path, "--min-file-size", str(need),
+                       "--max-sequences", str(max_seq), *pool_args(ctx, engine, shapes[trace][1],
+                                                                    size)]
+                records += ctx.run_json(cmd, timeout=900,
+                                        meta={"point": f"{trace}/{size}", "kv_engine": engine})
+    return records + ratios(records)
+
+
+def pool_args(ctx, engine: str, longest: int, size: int) -> list[str]:
+    """In the rig the phoenix pool is a BAR range (--device-addr): keep it
+    inside the BAR, which still holds the longest sequence."""
+    args = ctx.engine_args(engine)
+    if "--device-addr" in args:
+        slots = max(longest, min(2 * longest, RIG_POOL_BYTES // size))
+        args += ["--pool-blocks", str(slots)]
+    return args
+
+
+def ratios(records: list[dict]) -> list[dict]:
+    """Per (trace, block size): compat against posix and against pinned."""
+    out = []
+    ok = [r for r in measured(records) if r.get("status") == "ok"]
+    points = sorted({(r["trace"], r["block_size"]) for r in ok})
+    for trace, size in points:
+        bw = {r["engine"]: r["bandwidth_GBps"] for r in ok
+              if r["trace"] == trace and r["block_size"] == size}
+        verified = all(r.get("verified") is True for r in ok
+                       if r["trace"] == trace and r["block_size"] == size)
+        rec = {"status": "derived", "kind": "ratios", "trace": trace, "block_size": size,
+               "verified": verified, "bandwidth_GBps": bw}
+        for engine in ("compat", "phoenix", "gds", "host"):
+            if engine in bw and bw.get("posix"):
+                rec[f"{engine}_over_posix"] = bw[engine] / bw["posix"]
+            if engine in bw and bw.get("pinned"):
+                rec[f"{engine}_over_pinned"] = bw[engine] / bw["pinned"]
+        if "compat_over_posix" in rec and "compat_over_pinned" in rec:
+            rec["goal_met"] = (verified and rec["compat_over_posix"] >= 5.0
+                               and rec["compat_over_pinned"] >= 0.8)
+        out.append(rec)
+    return out
+
+
+def plot(records, ctx, png) -> None:
+    rows = [r for r in measured(records) if r.get("status") == "ok" and "bandwidth_GBps" in r]
+    traces = [t for t in TRACES if any(r["trace"] == t for r in rows)] or \
+        sorted({r["trace"] for r in rows})
+    engines = [e for e in (*KV_ENGINES, "pinned") if any(r["engine"] == e for r in rows)]
+    ncols = max(len(traces), 1)
+    fig, axes = figure(ctx, TITLE, ncols=ncols, nrows=2, engines=engines,
+                       width=max(4.2, 9.0 / ncols))
+    sizes = sorted({r["block_size"] for r in rows})
+    width = 0.8 / max(len(engines), 1)
+    for col, trace in enumerate(traces):
+        for row, (metric, label) in enumerate((("bandwidth_GBps", "GB/s (I/O time)"),
+                                              ("p99", "p99 per-sequence latency (ms)"))):
+            ax = axes[row][col]
+            for k, engine in enumerate(engines):
+                xs, ys = [], []
+                for i, size in enumerate(sizes):
+                    match = [r for r in rows if r["trace"] == trace and r["engine"] == engine
+                             and r["block_size"] == size]
+                    if match:
+                        r = match[0]
+                        xs.append(i + (k - (len(engines) - 1) / 2) * width)
+                        ys.append(r["bandwidth_GBps"] if metric == "bandwidth_GBps"
+                                  else r["latency_ms"]["p99"])
+                ax.bar(xs, ys, width=width, label=engine,
+                       color=color("ceiling" if engine == "pinned" else engine))
+            ax.set_xticks(range(len(sizes)))
+            ax.set_xticklabels([f"{s >> 10}K" for s in sizes], fontsize=8)
+            if row == 1:
+                ax.set_yscale("log")
+                ax.set_xlabel("block size")
+            else:
+                ax.set_title(trace, fontsize=9)
+            if col == 0:
+                ax.set_ylabel(label)
+            if row == 0 and col == 0:
+                ax.legend(fontsize=7)
+    save(fig, png)
