@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: MIT
+// From what a user names (a file, a folder, a sharded checkpoint's index) to
+// the validated headers of every file, each tensor exactly once.
+#include <algorithm>
+#include <cerrno>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "error.hpp"
+#include "phoenix/safetensors.hpp"
+
+namespace phx::safetensors {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr std::string_view kIndexSuffix = ".safetensors.index.json";
+
+bool ends_with(const std::string &text, std::string_view suffix) {
+  return text.size() >= suffix.size() &&
+         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool is_index(const fs::path &path) {
+  return ends_with(path.filename().string(), kIndexSuffix);
+}
+
+// tensor name -> file, as the index's weight_map says.
+std::map<std::string, fs::path> read_index(const fs::path &index) {
+  std::ifstream in(index);
+  if (!in) {
+    detail::throw_errno(ENOENT, index.string() + ": cannot open the index");
+  }
+  json root;
+  try {
+    root = json::parse(in);
+  } catch (const json::parse_error &e) {
+    detail::throw_errno(EINVAL, index.string() + ": index is not valid JSON: " + e.what());
+  }
+  const auto map = root.is_object() ? root.find("weight_map") : root.end();
+  if (map == root.end() || !map->is_object()) {
+    detail::throw_errno(EINVAL, index.string() + ": no \"weight_map\" object");
+  }
+  std::map<std::string, fs::path> files;
+  for (const auto &[name, file] : map->items()) {
+    const fs::path relative = file.is_string() ? fs::path(file.get<std::string>()) : fs::path();
+    if (relative.empty() || relative.is_absolute() || relative.filename() != relative) {
+      detail::throw_errno(EINVAL, index.string() + ": weight_map entry of \"" + name +
+                                      "\" is not a file name in the index's folder");
+    }
+    files.emplace(name, index.parent_path() / relative);
+  }
+  if (files.empty()) {
+    detail::throw_errno(EINVAL, index.string() + ": empty weight_map");
+  }
+  return files;
+}
+
+std::vector<fs::path> index_files(const fs::path &index) {
+  std::set<fs::path> unique;
+  for (const auto &[name, file] : read_index(index)) {
+    unique.insert(file);
+  }
+  return {unique.begin(), unique.end()};
+}
+
+std::vector<fs::path> folder_files(const fs::path &folder) {
+  std::vector<fs::path> indexes;
+  std::vector<fs::path> files;
+  for (const fs::directory_entry &entry : fs::directory_iterator(folder)) {
+    if (!entry.is_regular_file()) {
+      continue;
+    }
+    if (is_index(entry.path())) {
+      indexes.push_back(entry.path());
+    } else if (entry.path().extension() == ".safetensors") {
+      files.push_back(entry.path());
+    }
+  }
+  if (indexes.size() > 1) {
+    detail::throw_errno(EINVAL, folder.string() + ": several *" + std::string(kIndexSuffix) +
+                                    " files; name the one to load");
+  }
+  if (indexes.size() == 1) {
+    return index_files(indexes.front());
+  }
+  if (files.empty()) {
+    detail::throw_errno(ENOENT, folder.string() + ": no *.safetensors file and no index");
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+}  // namespace
+
+std::vector<fs::path> checkpoint_files(const fs::path &path) {
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (ec || !fs::exists(status)) {
+    detail::throw_errno(ENOENT, path.string() + ": no such file or folder");
+  }
+  if (fs::is_directory(status)) {
+    return folder_files(path);
+  }
+  if (is_index(path)) {
+    return index_files(path);
+  }
+  return {path};
+}
+
+Checkpoint open_checkpoint(std::span<const fs::path> paths) {
+  Checkpoint checkpoint;
+  std::set<fs::path> seen_files;
+  std::map<std::string, fs::path> owner;
+  for (const fs::path &path : paths) {
+    for (const fs::path &file : checkpoint_files(path)) {
+      if (!seen_files.insert(fs::weakly_canonical(file)).second) {
+        continue;
+      }
+      FileHeader header = read_header(file);
+      for (const TensorInfo &t : header.tensors) {
+        const auto [it, inserted] = owner.emplace(t.name, file);
+        if (!inserted) {
+          detail::throw_errno(EINVAL, "tensor \"" + t.name + "\" is in both " +
+                                          it->second.string() + " and " + file.string());
+        }
+      }
+      checkpoint.files.push_back(std::move(header));
+    }
+    // An index promises where each tensor is: hold it to that.
+    if (!fs::is_directory(path) && is_index(path)) {
+      for (const auto &[name, file] : read_index(path)) {
+        const auto it = owner.find(name);
+        if (it == owner.end() || fs::weakly_canonical(it->second) != fs::weakly_canonical(file)) {
+          detail::throw_errno(EINVAL, path.string() + ": weight_map puts tensor \"" + name +
+                                          "\" in " + file.string() + ", which lacks it");
+        }
+      }
+    }
+  }
+  if (checkpoint.files.empty()) {
+    detail::throw_errno(ENOENT, "no safetensors file to load");
+  }
+  return checkpoint;
+}
+
+Checkpoint open_checkpoint(const fs::path &path) {
+  return open_checkpoint(std::span(&path, 1));
+}
+
+std::size_t Checkpoint::tensor_count() const noexcept {
+  std::size_t n = 0;
+  for (const FileHeader &f : files) {
+    n += f.tensors.size();
+  }
+  return n;
+}
+
+std::uint64_t Checkpoint::tensor_bytes() const noexcept {
+  std::uint64_t n = 0;
+  for (const FileHeader &f : files) {
+    for (const TensorInfo &t : f.tensors) {
+      n += t.size();
+    }
+  }
+  return n;
+}
+
+int DeviceMap::device_for(std::string_view tensor_name) const {
+  int device = default_device;
+  std::size_t best = 0;
+  bool matched = false;
+  for (const auto &[prefix, dev] : prefixes) {
+    const bool matches = tensor_name.starts_with(prefix) &&
+                         (tensor_name.size() == prefix.size() || tensor_name[prefix.size()] == '.');
+    if (matches && (!matched || prefix.size() > best)) {
+      device = dev;
+      best = prefix.size();
+      matched = true;
+    }
+  }
+  return device;
+}
+
+DeviceMap DeviceMap::parse(std::string_view text, int default_device) {
+  DeviceMap map;
+  map.default_device = default_device;
+  std::stringstream items{std::string(text)};
+  std::string item;
+  const auto to_device = [&](const std::string &value) {
+    std::size_t used = 0;
+    int dev = -1;
+    try {
+      dev = std::stoi(value, &used);
+    } catch (const std::exception &) {
+      used = 0;
+    }
+    if (used != value.size() || value.empty() || dev < 0) {
+      detail::throw_errno(
+          EINVAL, "device map \"" + std::string(text) + "\": \"" + value + "\" is not a device id");
+    }
+    return dev;
+  };
+  while (std::getline(items, item, ',')) {
+    const std::size_t eq = item.rfind('=');
+    if (eq == std::string::npos) {
+      map.default_device = to_device(item);
+    } else {
+      map.prefixes.emplace_back(item.substr(0, eq), to_device(item.substr(eq + 1)));
+    }
+  }
+  return map;
+}
+
+}  // namespace phx::safetensors

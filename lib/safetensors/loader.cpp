@@ -1,0 +1,332 @@
+// SPDX-License-Identifier: MIT
+// Loading a planned checkpoint: one allocation and one registration per
+// segment, then each file read by its own worker (several files at once)
+// with large aligned requests: through an io_uring queue where the
+// registration has a host view (direct, host), through File::read and the
+// engine's own pipeline otherwise (compat, cufile).
+#include <fcntl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "error.hpp"
+#include "phoenix/safetensors.hpp"
+#include "safetensors/residency.hpp"
+
+namespace phx::safetensors {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Buffered reads win when the page cache already holds the file.
+constexpr double kResidentForBuffered = 0.5;
+// compat/cufile pipeline one File::read internally; a piece this size keeps
+// the progress counter moving without starving that pipeline.
+constexpr std::size_t kEnginePiece = std::size_t{256} << 20;
+
+struct Target {
+  const Segment *segment = nullptr;
+  std::shared_ptr<Allocation> owner;
+  std::byte *base = nullptr;
+  Registration registration;
+  MemoryKind memory = MemoryKind::host;
+  int ordinal = -1;
+};
+
+struct SharedState {
+  std::atomic<std::uint64_t> done{0};
+  std::atomic<bool> stop{false};
+  std::atomic<std::size_t> files_direct{0};
+  std::mutex mutex;
+  std::condition_variable finished_cv;
+  std::size_t finished = 0;
+  std::exception_ptr error;
+};
+
+MemoryKind memory_of(Engine engine) noexcept {
+  return engine == Engine::host ? MemoryKind::host : MemoryKind::cuda;
+}
+
+DirectIo open_mode(const LoadOptions &options, Engine engine, const std::filesystem::path &path,
+                   const FileHeader &header) {
+  if (engine == Engine::direct) {
+    return DirectIo::required;  // device memory behind the mapping takes no buffered copy
+  }
+  switch (options.cache) {
+    case CachePolicy::direct:
+      return DirectIo::preferred;
+    case CachePolicy::buffered:
+      return DirectIo::off;
+    case CachePolicy::automatic:
+      break;
+  }
+  const File probe(path, O_RDONLY, 0644, DirectIo::off);
+  const double resident =
+      detail::resident_fraction(probe.fd(), header.data_offset(), header.file_size);
+  return resident >= kResidentForBuffered ? DirectIo::off : DirectIo::preferred;
+}
+
+// Bytes of the segment that exist in the file (the aligned end may pass EOF).
+std::uint64_t available(const Segment &s, const FileHeader &header) {
+  return std::min(s.file_end, header.file_size) - s.file_begin;
+}
+
+void read_with_queue(File &file, const Target &target, const FileHeader &header,
+                     const LoadOptions &options, SharedState &shared) {
+  const Segment &s = *target.segment;
+  const std::uint64_t avail = available(s, header);
+  const std::uint64_t span = std::min<std::uint64_t>(
+      (avail + options.alignment - 1) / options.alignment * options.alignment, s.bytes());
+  std::vector<IoRequest> requests;
+  for (std::uint64_t off = 0; off < span; off += options.chunk_size) {
+    const auto size =
+        static_cast<std::size_t>(std::min<std::uint64_t>(options.chunk_size, span - off));
+    requests.push_back(
+        IoRequest::read(file, target.registration, off, size, s.file_begin + off, off));
+  }
+  IoQueue queue(options.queue_depth);
+  queue.submit(requests);
+  while (queue.outstanding() > 0) {
+    for (const IoCompletion &c : queue.wait(1)) {
+      const std::uint64_t off = c.user_data;
+      const std::uint64_t expected = std::min<std::uint64_t>(
+          std::min<std::uint64_t>(options.chunk_size, span - off), avail - off);
+      if (c.error != 0) {
+        detail::throw_io(c.error, "load", header.path, s.file_begin + off,
+                         static_cast<std::size_t>(expected), c.bytes);
+      }
+      if (c.bytes < expected) {
+        detail::throw_io(EIO, "load", header.path, s.file_begin + off,
+                         static_cast<std::size_t>(expected), c.bytes,
+                         "the file ended early (changed while loading?)");
+      }
+      shared.done += expected;
+    }
+    if (shared.stop) {
+      return;  // the queue's destructor waits for what is in flight
+    }
+  }
+}
+
+void read_with_engine(File &file, const Target &target, const FileHeader &header,
+                      SharedState &shared) {
+  const Segment &s = *target.segment;
+  const std::uint64_t avail = available(s, header);
+  for (std::uint64_t off = 0; off < avail && !shared.stop; off += kEnginePiece) {
+    const auto size = static_cast<std::size_t>(std::min<std::uint64_t>(kEnginePiece, avail - off));
+    const std::size_t n = file.read(target.registration, off, size, s.file_begin + off);
+    if (n < size) {
+      detail::throw_io(EIO, "load", header.path, s.file_begin + off, size, n,
+                       "the file ended early (changed while loading?)");
+    }
+    shared.done += size;
+  }
+}
+
+void read_file(const FileHeader &header, std::span<const Target *const> targets, Engine engine,
+               const LoadOptions &options, SharedState &shared) {
+  File file(header.path, O_RDONLY, 0644, open_mode(options, engine, header.path, header));
+  if (file.direct_io()) {
+    ++shared.files_direct;
+  }
+  for (const Target *target : targets) {
+    if (shared.stop) {
+      return;
+    }
+    if (target->registration.host_view() != nullptr) {
+      read_with_queue(file, *target, header, options, shared);
+    } else {
+      read_with_engine(file, *target, header, shared);
+    }
+  }
+}
+
+void check_options(const LoadOptions &o) {
+  const auto bad = [](const std::string &what) {
+    detail::throw_errno(EINVAL, "load options: " + what);
+  };
+  if (o.alignment == 0 || (o.alignment & (o.alignment - 1)) != 0) {
+    bad("alignment " + std::to_string(o.alignment) + " is not a power of two");
+  }
+  if (o.chunk_size == 0 || o.chunk_size % o.alignment != 0) {
+    bad("chunk size " + std::to_string(o.chunk_size) + " is not a multiple of the alignment " +
+        std::to_string(o.alignment));
+  }
+  if (o.queue_depth == 0 || o.parallel_files == 0) {
+    bad("queue depth and parallel files must be at least 1");
+  }
+}
+
+}  // namespace
+
+const LoadedTensor &LoadedCheckpoint::at(std::string_view name) const {
+  for (const LoadedTensor &t : tensors) {
+    if (t.info->name == name) {
+      return t;
+    }
+  }
+  detail::throw_errno(ENOENT, "no tensor \"" + std::string(name) + "\" in the checkpoint");
+}
+
+Loader::Loader(LoadOptions options) : options_(std::move(options)) {
+  check_options(options_);
+}
+Loader::Loader(Loader &&) noexcept = default;
+Loader &Loader::operator=(Loader &&) noexcept = default;
+Loader::~Loader() = default;
+
+Device &Loader::device(int device) {
+  auto it = devices_.find(device);
+  if (it == devices_.end()) {
+    it = devices_.emplace(device, Device::open(device, options_.engine)).first;
+  }
+  return it->second;
+}
+
+void Loader::warm_up(const Checkpoint &checkpoint) {
+  if (checkpoint.files.empty()) {
+    return;
+  }
+  const FileHeader &first = checkpoint.files.front();
+  for (const Segment &s : plan_load(checkpoint, options_).segments) {
+    Device &dev = device(s.device);
+    const std::size_t size = options_.alignment;
+    const std::shared_ptr<Allocation> memory =
+        memory_of(dev.engine()) == MemoryKind::host
+            ? (options_.pinned_host ? allocate_pinned(size) : allocate_host(size, size))
+            : allocate_cuda(s.device, size);
+    const Registration reg = dev.register_memory(memory->data(), size);
+    File file(first.path, O_RDONLY, 0644,
+              dev.engine() == Engine::direct ? DirectIo::required : DirectIo::preferred);
+    (void)file.read(reg, 0, size, 0);
+  }
+}
+
+std::shared_ptr<LoadedCheckpoint> Loader::load(Checkpoint checkpoint) {
+  auto result = std::make_shared<LoadedCheckpoint>();
+  result->checkpoint = std::move(checkpoint);
+  const Checkpoint &ckpt = result->checkpoint;
+  const LoadPlan plan = plan_load(ckpt, options_);
+  for (const Segment &s : plan.segments) {
+    (void)device(s.device);
+  }
+
+  const Clock::time_point start = Clock::now();
+  std::vector<Target> targets(plan.segments.size());
+  for (std::size_t i = 0; i < plan.segments.size(); ++i) {
+    const Segment &s = plan.segments[i];
+    Device &dev = device(s.device);
+    Target &t = targets[i];
+    t.segment = &s;
+    t.memory = memory_of(dev.engine());
+    if (options_.allocate) {
+      t.base = static_cast<std::byte *>(options_.allocate(s));
+      if (t.base == nullptr) {
+        detail::throw_errno(ENOMEM, ckpt.files[s.file].path.string() +
+                                        ": the caller's allocator returned no memory for " +
+                                        std::to_string(s.bytes()) + " bytes");
+      }
+    } else {
+      t.owner = t.memory == MemoryKind::host
+                    ? (options_.pinned_host ? allocate_pinned(s.bytes())
+                                            : allocate_host(s.bytes(), options_.alignment))
+                    : allocate_cuda(s.device, s.bytes());
+      t.base = t.owner->data();
+    }
+    t.ordinal = t.memory == MemoryKind::cuda ? cuda_ordinal(s.device) : -1;
+    t.registration = dev.register_memory(t.base, s.bytes());
+  }
+
+  // One work item per file: its segments share one open descriptor.
+  std::vector<std::vector<const Target *>> work(ckpt.files.size());
+  for (const Target &t : targets) {
+    work[t.segment->file].push_back(&t);
+  }
+  SharedState shared;
+  std::atomic<std::size_t> next{0};
+  const std::size_t workers = std::min<std::size_t>(options_.parallel_files, work.size());
+  const auto worker = [&] {
+    for (std::size_t f = next++; f < work.size() && !shared.stop; f = next++) {
+      if (work[f].empty()) {
+        continue;
+      }
+      try {
+        const Engine engine = device(work[f].front()->segment->device).engine();
+        read_file(ckpt.files[f], work[f], engine, options_, shared);
+      } catch (...) {
+        const std::lock_guard lock(shared.mutex);
+        if (!shared.error) {
+          shared.error = std::current_exception();
+        }
+        shared.stop = true;
+      }
+    }
+    const std::lock_guard lock(shared.mutex);
+    ++shared.finished;
+    shared.finished_cv.notify_all();
+  };
+  std::vector<std::jthread> threads;
+  threads.reserve(workers);
+  for (std::size_t i = 0; i < workers; ++i) {
+    threads.emplace_back(worker);
+  }
+  const std::uint64_t total = plan.bytes();
+  for (;;) {
+    std::unique_lock lock(shared.mutex);
+    const bool all = shared.finished_cv.wait_for(lock, std::chrono::milliseconds(100),
+                                                 [&] { return shared.finished == workers; });
+    lock.unlock();
+    if (options_.progress) {
+      options_.progress(shared.done.load(), total);
+    }
+    if (all) {
+      break;
+    }
+  }
+  threads.clear();
+  if (shared.error) {
+    std::rethrow_exception(shared.error);
+  }
+
+  LoadStats &stats = result->stats;
+  stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  stats.bytes_read = shared.done.load();
+  stats.tensor_bytes = ckpt.tensor_bytes();
+  stats.files = ckpt.files.size();
+  stats.files_direct = shared.files_direct.load();
+  stats.segments = plan.segments.size();
+  for (auto &[id, dev] : devices_) {
+    stats.engines.emplace(id, dev.engine());
+  }
+  result->tensors.reserve(ckpt.tensor_count());
+  for (const Target &t : targets) {
+    const FileHeader &file = ckpt.files[t.segment->file];
+    for (const std::size_t index : t.segment->tensors) {
+      const TensorInfo &info = file.tensors[index];
+      LoadedTensor lt;
+      lt.info = &info;
+      lt.device = t.segment->device;
+      lt.cuda_ordinal = t.ordinal;
+      lt.memory = t.memory;
+      lt.data = t.base + (file.data_offset() + info.begin - t.segment->file_begin);
+      lt.owner = t.owner;
+      result->tensors.push_back(std::move(lt));
+    }
+  }
+  // Registrations end here; the memory stays with the tensors.
+  return result;
+}
+
+std::shared_ptr<LoadedCheckpoint> load(Checkpoint checkpoint, const LoadOptions &options) {
+  Loader loader(options);
+  return loader.load(std::move(checkpoint));
+}
+
+}  // namespace phx::safetensors

@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: MIT
+// The safetensors header reader: what it accepts, and each malformed file
+// rejected with its errno and a message naming the file and the problem.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <string>
+#include <system_error>
+
+#include "phoenix/safetensors.hpp"
+#include "safetensors_test_files.hpp"
+#include "test_support.hpp"
+
+namespace st = phx::safetensors;
+using phx::test::TestTensor;
+
+namespace {
+
+// Runs read_header on @p path expecting a failure with @p err whose message
+// contains the file name and every one of @p words.
+void expect_rejected(const std::filesystem::path &path, int err,
+                     std::initializer_list<std::string> words) {
+  try {
+    (void)st::read_header(path);
+    ADD_FAILURE() << path << " was accepted";
+  } catch (const std::system_error &e) {
+    EXPECT_EQ(e.code().value(), err) << e.what();
+    const std::string what = e.what();
+    EXPECT_NE(what.find(path.string()), std::string::npos) << what;
+    for (const std::string &w : words) {
+      EXPECT_NE(what.find(w), std::string::npos) << "\"" << w << "\" not in: " << what;
+    }
+  }
+}
+
+std::string tensor_entry(const std::string &name, const std::string &dtype,
+                         const std::string &shape, std::uint64_t begin, std::uint64_t end) {
+  return "\"" + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":" + shape +
+         ",\"data_offsets\":[" + std::to_string(begin) + "," + std::to_string(end) + "]}";
+}
+
+// A file whose header is @p json and whose data section has @p data_bytes.
+void write_with_header(const std::filesystem::path &path, const std::string &json,
+                       std::size_t data_bytes) {
+  phx::test::write_raw(path, json.size(), json, phx::test::tensor_bytes(data_bytes, 1));
+}
+
+}  // namespace
+
+TEST(SafetensorsReader, ReadsEveryDtypeShapeOffsetAndMetadata) {
+  const phx::test::TempDir dir;
+  const std::vector<std::pair<std::string, std::size_t>> dtypes = {
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1},
+      {"U16", 2},  {"I16", 2}, {"F16", 2}, {"BF16", 2},    {"U32", 4},
+      {"I32", 4},  {"F32", 4}, {"U64", 8}, {"I64", 8},     {"F64", 8}};
+  std::vector<TestTensor> tensors;
+  for (std::size_t i = 0; i < dtypes.size(); ++i) {
+    const auto &[dtype, size] = dtypes[i];
+    tensors.push_back(
+        {"t" + std::to_string(i), dtype, {2, 3}, phx::test::tensor_bytes(6 * size, i)});
+  }
+  tensors.push_back({"scalar", "F32", {}, phx::test::tensor_bytes(4, 99)});
+  tensors.push_back({"empty", "F16", {0, 7}, {}});
+  const auto path = dir / "all.safetensors";
+  const auto offsets =
+      phx::test::write_safetensors(path, tensors, 3, {{"format", "pt"}, {"note", "x"}});
+
+  const st::FileHeader h = st::read_header(path);
+  EXPECT_EQ(h.path, path);
+  EXPECT_EQ(h.file_size, std::filesystem::file_size(path));
+  EXPECT_EQ(h.header_size % 8, 0U);
+  EXPECT_EQ(h.metadata.at("format"), "pt");
+  EXPECT_EQ(h.metadata.at("note"), "x");
+  ASSERT_EQ(h.tensors.size(), tensors.size());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const st::TensorInfo *t = h.find(tensors[i].name);
+    ASSERT_NE(t, nullptr) << tensors[i].name;
+    EXPECT_EQ(st::to_string(t->dtype), tensors[i].dtype);
+    EXPECT_EQ(t->shape, tensors[i].shape);
+    EXPECT_EQ(t->begin, offsets[i].first);
+    EXPECT_EQ(t->end, offsets[i].second);
+  }
+  for (std::size_t i = 1; i < h.tensors.size(); ++i) {
+    EXPECT_LE(h.tensors[i - 1].begin, h.tensors[i].begin) << "tensors sorted by offset";
+  }
+  EXPECT_EQ(h.find("absent"), nullptr);
+}
+
+TEST(SafetensorsReader, DtypeNamesSizesAndUnknownNames) {
+  EXPECT_EQ(st::parse_dtype("BF16"), st::Dtype::bf16);
+  EXPECT_EQ(st::element_size(st::Dtype::bf16), 2U);
+  EXPECT_EQ(st::element_size(st::Dtype::f64), 8U);
+  EXPECT_EQ(st::to_string(st::Dtype::f8_e5m2), "F8_E5M2");
+  try {
+    (void)st::parse_dtype("bf16");  // names are case sensitive
+    ADD_FAILURE() << "lower-case dtype accepted";
+  } catch (const std::system_error &e) {
+    EXPECT_EQ(e.code().value(), EINVAL);
+  }
+}
+
+TEST(SafetensorsReader, TruncatedHeaderLength) {
+  const phx::test::TempDir dir;
+  const auto path = dir / "short.safetensors";
+  phx::test::write_raw(path, 0, "", {});
+  std::filesystem::resize_file(path, 5);
+  expect_rejected(path, EINVAL, {"truncated", "5 bytes"});
+}
+
+TEST(SafetensorsReader, TruncatedHeaderText) {
+  const phx::test::TempDir dir;
+  const auto path = dir / "cut.safetensors";
+  const std::string json = "{" + tensor_entry("w", "F32", "[2]", 0, 8) + "}";
+  // The length promises the whole header; the file stops half way through it.
+  phx::test::write_raw(path, json.size(), json.substr(0, json.size() / 2), {});
+  expect_rejected(path, EOVERFLOW, {"header length", "past the end of the file"});
+}
+
+TEST(SafetensorsReader, HeaderLengthPastEndOfFile) {
+  const phx::test::TempDir dir;
+  const auto path = dir / "long.safetensors";
+  phx::test::write_raw(path, 1'000'000, "{}", {});
+  expect_rejected(path, EOVERFLOW, {"header length 1000000", "past the end of the file"});
+}
+
+TEST(SafetensorsReader, HeaderLengthAboveTheCap) {
+  const phx::test::TempDir dir;
+  const auto path = dir / "huge.safetensors";
+  phx::test::write_raw(path, st::kMaxHeaderSize + 1, "{}", {});
+  // Sparse: the file is big enough that only the cap can reject it.
+  std::filesystem::resize_file(path, st::kMaxHeaderSize + 64);
+  expect_rejected(path, EOVERFLOW, {"above the limit"});
+}
+
+TEST(SafetensorsReader, BadJson) {
+  const phx::test::TempDir dir;
+  const auto path = dir / "json.safetensors";
+  write_with_header(path, "{\"w\":{\"dtype\":\"F32\",}", 0);
+  expect_rejected(path, EINVAL, {"not valid JSON"});
+  write_with_header(path, "[1,2,3]", 0);
+  expect_rejected(path, EINVAL, {"not a JSON object"});
+}
+
+TEST(SafetensorsReader, UnknownDtype) {
+  const phx::test::TempDir dir;
+  const auto path = dir / "dtype.safetensors";
+  write_with_header(path, "{" + tensor_entry("w", "F128", "[2]", 0, 32) + "}", 32);
+  expect_rejected(path, EINVAL, {"tensor \"w\"", "unknown dtype \"F128\""});
+}
+
+TEST(SafetensorsReader, ShapeSizeMismatch) {
+  const phx::test::TempDir dir;
+  const auto path = dir / "shape.safetensors";
+  write_with_header(path, "{" + tensor_entry("w", "F16", "[2,3]", 0, 16) + "}", 16);
+  expect_rejected(path, EINVAL, {"tensor \"w\"", "12 bytes", "span 16"});
+}
+
+TEST(SafetensorsReader, ShapeOverflow) {
+  const phx::test::TempDir dir;
+  const auto path = dir / "overflow.safetensors";
+  write_with_header(path, "{" + tensor_entry("w", "F64", "[4294967296,4294967296]", 0, 8) + "}", 8);
+  expect_rejected(path, EOVERFLOW, {"tensor \"w\"", "overflows"});
+}
+
+TEST(SafetensorsReader, NegativeOrMalformedFields) {
+  const phx::test::TempDir dir;
+  const auto path = dir / "fields.safetensors";
+  write_with_header(path, "{" + tensor_entry("w", "U8", "[-2]", 0, 2) + "}", 2);
+  expect_rejected(path, EINVAL, {"tensor \"w\"", "shape", "not a non-negative integer"});
+  write_with_header(path, "{\"w\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0]}}", 2);
+  expect_rejected(path, EINVAL, {"tensor \"w\"", "data_offsets"});
+  write_with_header(path, "{" + tensor_entry("w", "U8", "[0]", 4, 2) + "}", 4);
+  expect_rejected(path, EINVAL, {"tensor \"w\"", "end before they begin"});
+}
+
+TEST(SafetensorsReader, OffsetsOutOfBounds) {
+  const phx::test::TempDir dir;
+  const auto path = dir / "bounds.safetensors";
+  write_with_header(path,
+                    "{" + tensor_entry("a", "F32", "[2]", 0, 8) + "," +
+                        tensor_entry("b", "F32", "[4]", 8, 24) + "}",
+                    20);
+  expect_rejected(path, EOVERFLOW, {"tensor \"b\"", "[8, 24)", "data section (20 bytes)"});
+}
+
+TEST(SafetensorsReader, OverlappingTensors) {
+  const phx::test::TempDir dir;
+  const auto path = dir / "overlap.safetensors";
+  write_with_header(path,
+                    "{" + tensor_entry("a", "F32", "[4]", 0, 16) + "," +
+                        tensor_entry("b", "F32", "[2]", 12, 20) + "}",
+                    20);
+  expect_rejected(path, EINVAL, {"tensor \"b\"", "overlap tensor \"a\""});
+}
+
+TEST(SafetensorsReader, EmptyTensorsOverlapNothing) {
+  const phx::test::TempDir dir;
+  const auto path = dir / "empty.safetensors";
+  write_with_header(path,
+                    "{" + tensor_entry("a", "F32", "[4]", 0, 16) + "," +
+                        tensor_entry("z", "F32", "[0]", 8, 8) + "}",
+                    16);
+  const st::FileHeader h = st::read_header(path);
+  EXPECT_EQ(h.tensors.size(), 2U);
+}
+
+TEST(SafetensorsReader, MetadataMustMapStringsToStrings) {
+  const phx::test::TempDir dir;
+  const auto path = dir / "meta.safetensors";
+  write_with_header(path, "{\"__metadata__\":{\"format\":1}}", 0);
+  expect_rejected(path, EINVAL, {"__metadata__", "\"format\""});
+  write_with_header(path, "{\"__metadata__\":[\"pt\"]}", 0);
+  expect_rejected(path, EINVAL, {"__metadata__"});
+}
+
+TEST(SafetensorsReader, MissingFileIsEnoent) {
+  const phx::test::TempDir dir;
+  expect_rejected(dir / "absent.safetensors", ENOENT, {"cannot open"});
+}
