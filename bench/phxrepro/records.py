@@ -1,0 +1,54 @@
+# SPDX-License-Identifier: MIT
+"""JSON lines and CSV files of an experiment's records."""
+
+from __future__ import annotations
+
+import csv
+import json
+import pathlib
+
+
+def flatten(record: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in record.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, name + "."))
+        elif isinstance(value, list):
+            flat[name] = json.dumps(value)
+        else:
+            flat[name] = value
+    return flat
+
+
+def write_jsonl(path: pathlib.Path, records: list[dict]) -> None:
+    with open(path, "w", encoding="utf-8") as out:
+        for rec in records:
+            out.write(json.dumps(rec, sort_keys=False) + "\n")
+
+
+def read_jsonl(path: pathlib.Path) -> list[dict]:
+    with open(path, encoding="utf-8") as src:
+        return [json.loads(line) for line in src if line.strip()]
+
+
+def write_csv(path: pathlib.Path, records: list[dict]) -> None:
+    rows = [flatten(r) for r in records]
+    columns: list[str] = []
+    for row in rows:
+        for key in row:
+            if key not in columns:
+                columns.append(key)
+    with open(path, "w", encoding="utf-8", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def measured(records: list[dict]) -> list[dict]:
+    """The records that carry a measurement (not 'unavailable' notes)."""
+    return [r for r in records if r.get("status") != "unavailable"]
+
+
+def unavailable(records: list[dict]) -> list[dict]:
+    return [r for r in records if r.get("status") == "unavailable"]
