@@ -92,6 +92,11 @@ void Gatherer::post(std::function<void(GatherMover *, const std::exception_ptr &
   wake_.notify_one();
 }
 
+bool Gatherer::on_own_thread() {
+  const std::lock_guard lock(mutex_);
+  return thread_.joinable() && thread_.get_id() == std::this_thread::get_id();
+}
+
 void Gatherer::worker() noexcept {
   for (;;) {
     std::function<void(GatherMover *, const std::exception_ptr &)> job;
@@ -142,6 +147,16 @@ std::future<GatherResult> start(detail::Gatherer &g, Direction dir,
     }
   });
   return future;
+}
+
+// A synchronous call from a callback would wait for an operation queued
+// behind the one running it.
+void check_not_in_callback(detail::Gatherer &g) {
+  if (g.on_own_thread()) {
+    detail::throw_errno(EDEADLK,
+                        "phx::Gather::read/write called from a gather callback would wait for "
+                        "itself; use read_async/write_async there");
+  }
 }
 
 void start(detail::Gatherer &g, Direction dir, std::vector<GatherEntry> entries,
@@ -210,9 +225,11 @@ const GatherOptions &Gather::options() const noexcept {
 }
 
 GatherResult Gather::read(std::span<const GatherEntry> entries) {
+  check_not_in_callback(*impl_);
   return start(*impl_, Direction::read, {entries.begin(), entries.end()}).get();
 }
 GatherResult Gather::write(std::span<const GatherEntry> entries) {
+  check_not_in_callback(*impl_);
   return start(*impl_, Direction::write, {entries.begin(), entries.end()}).get();
 }
 std::future<GatherResult> Gather::read_async(std::vector<GatherEntry> entries) {

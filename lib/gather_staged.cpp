@@ -33,12 +33,13 @@ class StagedMover final : public GatherMover {
     staging_ = PinnedBuffer(count * slot_size_);
     cuda::check(d.StreamCreate(&stream_, cuda::kStreamNonBlocking), "cuStreamCreate");
     slots_.resize(count);
+    events_.resize(count);
     for (std::size_t i = 0; i < count; ++i) {
-      Slot &s = slots_[i];
-      s.data = staging_.data() + i * slot_size_;
+      slots_[i].data = staging_.data() + i * slot_size_;
       if (const cuda::CUresult r =
-              d.EventCreate(&s.event, cuda::kEventBlockingSync | cuda::kEventDisableTiming);
+              d.EventCreate(&events_[i], cuda::kEventBlockingSync | cuda::kEventDisableTiming);
           r != cuda::kSuccess) {
+        events_[i] = nullptr;
         destroy();
         cuda::check(r, "cuEventCreate");
       }
@@ -75,6 +76,9 @@ class StagedMover final : public GatherMover {
   }
 
  private:
+  // A slot's copy is done when its event (shared by the copies started
+  // after one wait) has passed.  Events are recorded round robin: one
+  // re-recorded before a slot waited on it only makes that wait later.
   struct Slot {
     std::byte *data = nullptr;
     cuda::CUevent event = nullptr;
@@ -100,6 +104,7 @@ class StagedMover final : public GatherMover {
   void read(std::span<const PlannedRequest> requests, std::span<RequestOutcome> outcomes) {
     const cuda::Driver &d = *cuda::driver();
     std::vector<IoRequest> batch;
+    std::vector<std::size_t> copied;
     std::size_t next = 0;
     while (next < requests.size() || queue_.outstanding() > 0) {
       batch.clear();
@@ -111,24 +116,34 @@ class StagedMover final : public GatherMover {
         batch.push_back({IoOp::read, r.file, slots_[s].data, r.size, r.file_offset, s});
       }
       queue_.submit(batch);
+      copied.clear();
       for (const IoCompletion &c : queue_.wait(1)) {
         Slot &s = slots_[c.user_data];
         RequestOutcome &o = outcomes[s.request];
         o = {c.bytes, c.error};
         if (c.bytes > 0) {
-          cuda::CUresult r =
-              d.MemcpyHtoDAsync(device_address(requests[s.request]), s.data, c.bytes, stream_);
-          if (r == cuda::kSuccess) {
-            r = d.EventRecord(s.event, stream_);
-          }
-          if (r != cuda::kSuccess) {
+          if (const cuda::CUresult r =
+                  d.MemcpyHtoDAsync(device_address(requests[s.request]), s.data, c.bytes, stream_);
+              r != cuda::kSuccess) {
             (void)d.StreamSynchronize(stream_);
             o = {0, cuda::to_errno(r)};
           } else {
-            s.copying = true;
+            copied.push_back(c.user_data);
           }
         }
         free_.push_back(c.user_data);
+      }
+      if (!copied.empty()) {
+        cuda::CUevent event = events_[next_event_++ % events_.size()];
+        if (const cuda::CUresult r = d.EventRecord(event, stream_); r != cuda::kSuccess) {
+          // Without the event the slots cannot tell when their copy is done.
+          cuda::check(d.StreamSynchronize(stream_), "cuStreamSynchronize");
+        } else {
+          for (const std::size_t slot : copied) {
+            slots_[slot].event = event;
+            slots_[slot].copying = true;
+          }
+        }
       }
     }
   }
@@ -177,10 +192,10 @@ class StagedMover final : public GatherMover {
       (void)d.StreamDestroy(stream_);
       stream_ = nullptr;
     }
-    for (Slot &s : slots_) {
-      if (s.event != nullptr) {
-        (void)d.EventDestroy(s.event);
-        s.event = nullptr;
+    for (cuda::CUevent &e : events_) {
+      if (e != nullptr) {
+        (void)d.EventDestroy(e);
+        e = nullptr;
       }
     }
   }
@@ -192,6 +207,8 @@ class StagedMover final : public GatherMover {
   PinnedBuffer staging_;
   cuda::CUstream stream_ = nullptr;
   std::vector<Slot> slots_;
+  std::vector<cuda::CUevent> events_;
+  std::size_t next_event_ = 0;
   std::deque<std::size_t> free_;
 };
 

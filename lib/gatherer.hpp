@@ -35,6 +35,10 @@ class Gatherer {
   /// with null and the error that kept the mover from being made.
   void post(std::function<void(GatherMover *mover, const std::exception_ptr &error)> job);
 
+  /// True on the gatherer's own thread (in a callback), where waiting for a
+  /// later operation would wait forever.
+  [[nodiscard]] bool on_own_thread();
+
  private:
   void worker() noexcept;
 

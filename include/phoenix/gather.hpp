@@ -103,7 +103,8 @@ class PHX_EXPORT Gather {
   /// Reads every entry.  Per-entry failures are in the result; throws
   /// std::system_error only when the whole operation cannot run (EINVAL: an
   /// entry without file or registration, or outside its registration;
-  /// ENOMEM; errors of io_uring_queue_init; CUDA failures for compat).
+  /// EDEADLK when called from a callback of this Gather; ENOMEM; errors of
+  /// io_uring_queue_init; CUDA failures for compat).
   [[nodiscard]] GatherResult read(std::span<const GatherEntry> entries);
   /// Writes every entry (offload).  Same rules.
   [[nodiscard]] GatherResult write(std::span<const GatherEntry> entries);

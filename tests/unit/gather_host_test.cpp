@@ -234,6 +234,27 @@ TEST(GatherHost, FutureAndCallbackCompleteInOrder) {
   expect_slots_hold(mem, kBlock, all);
 }
 
+TEST(GatherHost, SynchronousCallFromACallbackIsEdeadlk) {
+  TempDir dir;
+  test::write_pattern_file(dir / "kv", 4096, kSeed);
+  File file(dir / "kv", O_RDONLY);
+  auto dev = Device::open(0, Engine::host);
+  AlignedBuffer mem(4096);
+  auto reg = dev.register_memory(mem.data(), mem.size());
+  Gather gather(dev);
+  std::promise<int> inner;
+  const std::vector<GatherEntry> e = {{&file, &reg, 0, 0, 4096}};
+  gather.read_async(e, [&](const GatherResult &) {
+    try {
+      (void)gather.read(e);
+      inner.set_value(0);
+    } catch (const std::system_error &err) {
+      inner.set_value(err.code().value());
+    }
+  });
+  EXPECT_EQ(inner.get_future().get(), EDEADLK);
+}
+
 TEST(GatherHost, EntryAtTranslatesDeviceAddresses) {
   TempDir dir;
   test::write_pattern_file(dir / "kv", 8192, kSeed);

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <system_error>
 
 #include "engine.hpp"
 #include "gpu.hpp"
@@ -90,7 +91,7 @@ class GatherEngine final : public Engine {
       throw std::runtime_error(
           "block " + std::to_string(blocks[f.index]) + " (" + std::to_string(r.failures.size()) +
           " of " + std::to_string(blocks.size()) + " blocks failed): " +
-          (f.error != 0 ? std::string(std::strerror(f.error)) : std::string("end of file")) +
+          (f.error != 0 ? std::generic_category().message(f.error) : std::string("end of file")) +
           " after " + std::to_string(f.bytes) + " bytes");
     }
     return r.requests;

@@ -92,7 +92,7 @@ class PosixEngine final : public Engine {
       if (n <= 0) {
         throw std::runtime_error(
             "block " + std::to_string(block) + ": " +
-            (n == 0 ? std::string("end of file") : std::string(std::strerror(errno))));
+            (n == 0 ? std::string("end of file") : std::generic_category().message(errno)));
       }
       done += static_cast<std::size_t>(n);
     }
