@@ -277,7 +277,10 @@ std::shared_ptr<LoadedCheckpoint> Loader::load(Checkpoint checkpoint) {
   for (std::size_t i = 0; i < workers; ++i) {
     threads.emplace_back(worker);
   }
-  const std::uint64_t total = plan.bytes();
+  std::uint64_t total = 0;  // what the reads will count: the aligned ends stop at EOF
+  for (const Segment &s : plan.segments) {
+    total += available(s, ckpt.files[s.file]);
+  }
   for (;;) {
     std::unique_lock lock(shared.mutex);
     const bool all = shared.finished_cv.wait_for(lock, std::chrono::milliseconds(100),

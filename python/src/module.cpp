@@ -1,0 +1,386 @@
+// SPDX-License-Identifier: MIT
+// The `phoenix._phoenix` extension: safetensors loading into GPU (or host)
+// memory, tensors handed out through DLPack, and File.read_into for any
+// DLPack tensor.  Python-level conveniences live in phoenix/__init__.py.
+#include <fcntl.h>
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+
+#include <cerrno>
+#include <map>
+#include <mutex>
+#include <string>
+#include <system_error>
+
+#include "dlpack_export.hpp"
+#include "phoenix/phoenix.hpp"
+#include "phoenix/safetensors.hpp"
+
+namespace py = pybind11;
+namespace st = phx::safetensors;
+
+namespace phx::python {
+namespace {
+
+// "cpu" -> host engine on device 0; "cuda" / "cuda:N" -> the Phoenix device
+// whose GPU is CUDA ordinal N (what torch calls cuda:N).
+struct Target {
+  bool cuda = false;
+  int device = 0;
+};
+
+int device_for_ordinal(int ordinal) {
+  for (int id = 0; id < 64; ++id) {
+    const int o = st::cuda_ordinal(id);
+    if (o < 0) {
+      break;
+    }
+    if (o == ordinal) {
+      return id;
+    }
+  }
+  throw std::system_error(ENODEV, std::system_category(),
+                          "no CUDA GPU with ordinal " + std::to_string(ordinal));
+}
+
+Target parse_target(const std::string &device) {
+  if (device == "cpu") {
+    return {false, 0};
+  }
+  if (device == "cuda") {
+    return {true, device_for_ordinal(0)};
+  }
+  if (device.starts_with("cuda:")) {
+    std::size_t used = 0;
+    int ordinal = -1;
+    try {
+      ordinal = std::stoi(device.substr(5), &used);
+    } catch (const std::exception &) {
+      used = 0;
+    }
+    if (used == device.size() - 5 && ordinal >= 0) {
+      return {true, device_for_ordinal(ordinal)};
+    }
+  }
+  throw std::system_error(EINVAL, std::system_category(),
+                          "device \"" + device + "\": expected \"cpu\", \"cuda\" or \"cuda:N\"");
+}
+
+st::CachePolicy parse_cache(const std::string &name) {
+  if (name == "auto") {
+    return st::CachePolicy::automatic;
+  }
+  if (name == "direct") {
+    return st::CachePolicy::direct;
+  }
+  if (name == "buffered") {
+    return st::CachePolicy::buffered;
+  }
+  throw std::system_error(EINVAL, std::system_category(),
+                          "cache \"" + name + "\": expected auto, direct or buffered");
+}
+
+std::vector<std::filesystem::path> to_paths(const py::object &paths) {
+  std::vector<std::filesystem::path> out;
+  if (py::isinstance<py::str>(paths) || py::hasattr(paths, "__fspath__")) {
+    out.emplace_back(py::cast<std::filesystem::path>(paths));
+  } else {
+    for (const py::handle item : paths) {
+      out.emplace_back(py::cast<std::filesystem::path>(item));
+    }
+  }
+  return out;
+}
+
+py::dict tensors_dict(const st::LoadedCheckpoint &loaded) {
+  py::dict out;
+  for (const st::LoadedTensor &t : loaded.tensors) {
+    TensorHandle h;
+    h.name = t.info->name;
+    h.dtype = t.info->dtype;
+    for (const std::uint64_t d : t.info->shape) {
+      h.shape.push_back(static_cast<std::int64_t>(d));
+    }
+    h.data = t.data;
+    h.nbytes = t.info->size();
+    h.cuda = t.memory == st::MemoryKind::cuda;
+    h.cuda_ordinal = t.cuda_ordinal;
+    h.device = t.device;
+    h.owner = t.owner;
+    const py::str key(h.name);  // before h is moved from
+    out[key] = py::cast(std::move(h));
+  }
+  return out;
+}
+
+// Loader bound to one target device (or a device map), devices kept open.
+class PyLoader {
+ public:
+  PyLoader(const std::string &device, const std::string &engine, const py::object &device_map,
+           const std::string &cache, std::size_t chunk_size, unsigned queue_depth,
+           unsigned parallel_files, bool pinned)
+      : loader_(make_options(device, engine, device_map, cache, chunk_size, queue_depth,
+                             parallel_files, pinned)) {}
+
+  void warm_up(const py::object &paths) {
+    const auto files = to_paths(paths);
+    const py::gil_scoped_release release;
+    loader_.warm_up(st::open_checkpoint(files));
+  }
+
+  py::dict load(const py::object &paths, const py::object &progress) {
+    const auto files = to_paths(paths);
+    std::shared_ptr<st::LoadedCheckpoint> loaded;
+    if (!progress.is_none()) {
+      loader_.set_progress([progress](std::uint64_t done, std::uint64_t total) {
+        const py::gil_scoped_acquire gil;
+        progress(done, total);
+      });
+    } else {
+      loader_.set_progress({});
+    }
+    {
+      const py::gil_scoped_release release;
+      loaded = loader_.load(st::open_checkpoint(files));
+    }
+    last_stats_ = loaded->stats;
+    return tensors_dict(*loaded);
+  }
+
+  [[nodiscard]] py::dict stats() const {
+    py::dict d;
+    d["seconds"] = last_stats_.seconds;
+    d["bytes_read"] = last_stats_.bytes_read;
+    d["tensor_bytes"] = last_stats_.tensor_bytes;
+    d["files"] = last_stats_.files;
+    d["files_direct"] = last_stats_.files_direct;
+    d["segments"] = last_stats_.segments;
+    py::dict engines;
+    for (const auto &[id, engine] : last_stats_.engines) {
+      engines[py::int_(id)] = std::string(phx::to_string(engine));
+    }
+    d["engines"] = engines;
+    return d;
+  }
+
+ private:
+  static st::LoadOptions make_options(const std::string &device, const std::string &engine,
+                                      const py::object &device_map, const std::string &cache,
+                                      std::size_t chunk_size, unsigned queue_depth,
+                                      unsigned parallel_files, bool pinned) {
+    st::LoadOptions o;
+    const Target target = parse_target(device);
+    o.engine = target.cuda ? phx::parse_engine(engine) : phx::Engine::host;
+    if (!target.cuda && engine != "auto" && engine != "host") {
+      throw std::system_error(EINVAL, std::system_category(),
+                              "engine \"" + engine + "\" cannot load to the CPU (use host)");
+    }
+    o.devices.default_device = target.device;
+    if (!device_map.is_none()) {
+      for (const auto &[prefix, dev] : py::cast<std::map<std::string, std::string>>(device_map)) {
+        o.devices.prefixes.emplace_back(prefix, parse_target(dev).device);
+      }
+    }
+    o.cache = parse_cache(cache);
+    o.chunk_size = chunk_size;
+    o.queue_depth = queue_depth;
+    o.parallel_files = parallel_files;
+    o.pinned_host = pinned;
+    return o;
+  }
+
+  st::Loader loader_;
+  st::LoadStats last_stats_;
+};
+
+// Devices opened for File.read_into, kept for the life of the process so
+// that the engines' threads and staging memory are set up once.
+phx::Device &cached_device(int id, phx::Engine engine) {
+  static std::mutex mutex;
+  // Never destroyed: at interpreter exit the CUDA driver may already be
+  // torn down, and the process is ending anyway.
+  static auto *devices = new std::map<std::pair<int, phx::Engine>, phx::Device>();  // NOLINT
+  const std::lock_guard lock(mutex);
+  auto it = devices->find({id, engine});
+  if (it == devices->end()) {
+    it = devices->emplace(std::make_pair(id, engine), phx::Device::open(id, engine)).first;
+  }
+  return it->second;
+}
+
+class PyFile {
+ public:
+  PyFile(const std::filesystem::path &path, const std::string &direct)
+      : file_(path, O_RDONLY, 0644, parse_direct(direct)) {}
+
+  std::size_t read_into(const py::object &target, std::uint64_t file_offset, const py::object &size,
+                        const std::string &engine) {
+    py::object capsule = py::hasattr(target, "__dlpack__") ? target.attr("__dlpack__")() : target;
+    const BorrowedTensor tensor(capsule.release().ptr());
+    std::size_t n = tensor.nbytes();
+    if (!size.is_none()) {
+      n = py::cast<std::size_t>(size);
+      if (n > tensor.nbytes()) {
+        throw std::system_error(EINVAL, std::system_category(),
+                                "read_into: size " + std::to_string(n) + " exceeds the tensor's " +
+                                    std::to_string(tensor.nbytes()) + " bytes");
+      }
+    }
+    const DLDevice dev = tensor.device();
+    phx::Engine e = phx::Engine::host;
+    int id = 0;
+    if (dev.device_type == kDLCUDA) {
+      e = phx::parse_engine(engine);
+      id = device_for_ordinal(dev.device_id);
+    } else if (dev.device_type != kDLCPU && dev.device_type != kDLCUDAHost) {
+      throw std::system_error(ENOTSUP, std::system_category(),
+                              "read_into: DLPack device type " + std::to_string(dev.device_type) +
+                                  " is neither CPU nor CUDA");
+    }
+    if (n == 0) {
+      return 0;
+    }
+    const py::gil_scoped_release release;
+    phx::Device &device = cached_device(id, e);
+    const phx::Registration reg = device.register_memory(tensor.data(), n);
+    return file_.read(reg, 0, n, file_offset);
+  }
+
+  [[nodiscard]] std::uint64_t size() const { return file_.size(); }
+  [[nodiscard]] bool direct_io() const noexcept { return file_.direct_io(); }
+  [[nodiscard]] std::string path() const { return file_.path().string(); }
+
+ private:
+  static phx::DirectIo parse_direct(const std::string &direct) {
+    if (direct == "preferred") {
+      return phx::DirectIo::preferred;
+    }
+    if (direct == "required") {
+      return phx::DirectIo::required;
+    }
+    if (direct == "off") {
+      return phx::DirectIo::off;
+    }
+    throw std::system_error(EINVAL, std::system_category(),
+                            "direct \"" + direct + "\": expected preferred, required or off");
+  }
+  phx::File file_;
+};
+
+py::tuple shape_tuple(const TensorHandle &t) {
+  py::tuple shape(t.shape.size());
+  for (std::size_t i = 0; i < t.shape.size(); ++i) {
+    shape[i] = t.shape[i];
+  }
+  return shape;
+}
+
+}  // namespace
+}  // namespace phx::python
+
+PYBIND11_MODULE(_phoenix, m) {
+  using phx::python::PyFile;
+  using phx::python::PyLoader;
+  using phx::python::TensorHandle;
+  m.doc() = "libphoenix: safetensors checkpoints straight into GPU memory";
+
+  // errno-carrying failures become OSError with the errno set.
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) {
+        std::rethrow_exception(p);
+      }
+    } catch (const std::system_error &e) {
+      py::object error =
+          py::module_::import("builtins").attr("OSError")(e.code().value(), e.what());
+      PyErr_SetObject(PyExc_OSError, error.ptr());
+    }
+  });
+
+  py::class_<TensorHandle>(m, "Tensor",
+                           "A loaded tensor; hand it to torch/cupy/jax/numpy.from_dlpack")
+      .def_readonly("name", &TensorHandle::name)
+      .def_property_readonly(
+          "dtype",
+          [](const TensorHandle &t) { return std::string(phx::safetensors::to_string(t.dtype)); })
+      .def_property_readonly("shape", &phx::python::shape_tuple)
+      .def_readonly("nbytes", &TensorHandle::nbytes)
+      .def_property_readonly(
+          "data_ptr",
+          [](const TensorHandle &t) { return reinterpret_cast<std::uintptr_t>(t.data); })
+      .def_property_readonly("device",
+                             [](const TensorHandle &t) {
+                               return t.cuda ? "cuda:" + std::to_string(t.cuda_ordinal)
+                                             : std::string("cpu");
+                             })
+      .def(
+          "__dlpack__",
+          [](const TensorHandle &t, const py::object & /*stream*/,
+             const py::object & /*max_version*/, const py::object & /*dl_device*/,
+             const py::object & /*copy*/) {
+            // The data is complete when load() returns: no stream to order against.
+            PyObject *capsule = phx::python::make_capsule(t);
+            if (capsule == nullptr) {
+              throw py::error_already_set();
+            }
+            return py::reinterpret_steal<py::object>(capsule);
+          },
+          py::kw_only(), py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
+          py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
+      .def("__dlpack_device__",
+           [](const TensorHandle &t) {
+             return py::make_tuple(static_cast<int>(t.cuda ? kDLCUDA : kDLCPU),
+                                   t.cuda ? t.cuda_ordinal : 0);
+           })
+      .def(
+          "as_bytes",
+          [](const TensorHandle &t) {
+            TensorHandle raw = t;
+            raw.raw_bytes = true;
+            return raw;
+          },
+          "The same memory as a flat U8 tensor (for dtypes a framework lacks)")
+      .def("__repr__", [](const TensorHandle &t) {
+        std::string shape;
+        for (const std::int64_t d : t.shape) {
+          shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+        }
+        return "phoenix.Tensor(" + t.name + ", " +
+               std::string(phx::safetensors::to_string(t.dtype)) + ", [" + shape + "], " +
+               (t.cuda ? "cuda:" + std::to_string(t.cuda_ordinal) : std::string("cpu")) + ")";
+      });
+
+  py::class_<PyLoader>(m, "Loader")
+      .def(py::init<const std::string &, const std::string &, const py::object &,
+                    const std::string &, std::size_t, unsigned, unsigned, bool>(),
+           py::arg("device") = "cuda:0", py::arg("engine") = "auto",
+           py::arg("device_map") = py::none(), py::arg("cache") = "auto",
+           py::arg("chunk_size") = std::size_t{32} << 20, py::arg("queue_depth") = 8U,
+           py::arg("parallel_files") = 4U, py::arg("pinned") = false)
+      .def("warm_up", &PyLoader::warm_up, py::arg("paths"))
+      .def("load", &PyLoader::load, py::arg("paths"), py::arg("progress") = py::none())
+      .def_property_readonly("stats", &PyLoader::stats);
+
+  py::class_<PyFile>(m, "File")
+      .def(py::init<const std::filesystem::path &, const std::string &>(), py::arg("path"),
+           py::arg("direct") = "preferred")
+      .def("read_into", &PyFile::read_into, py::arg("tensor"), py::arg("file_offset") = 0,
+           py::arg("size") = py::none(), py::arg("engine") = "auto")
+      .def_property_readonly("size", &PyFile::size)
+      .def_property_readonly("direct_io", &PyFile::direct_io)
+      .def_property_readonly("path", &PyFile::path);
+
+  m.def(
+      "engine_for",
+      [](const std::string &device) {
+        const phx::python::Target t = phx::python::parse_target(device);
+        if (!t.cuda) {
+          return std::string("host");
+        }
+        return std::string(phx::to_string(phx::choose_engine(t.device).engine));
+      },
+      py::arg("device") = "cuda:0", "The engine auto picks for a device");
+  m.attr("__version__") = PHOENIX_VERSION_STRING;
+}

@@ -1,0 +1,130 @@
+# SPDX-License-Identifier: MIT
+"""phoenix.load_safetensors onto the CPU (host engine) against numpy."""
+
+import json
+import os
+
+import pytest
+
+from conftest import numpy, random_tensors, write_safetensors
+
+
+def assert_same(loaded, expected):
+    assert set(loaded) == set(expected)
+    for name, array in expected.items():
+        got = loaded[name]
+        assert got.dtype == array.dtype, name
+        assert got.shape == array.shape, name
+        assert got.tobytes() == array.tobytes(), name
+
+
+def test_unaligned_tensors_numpy(phoenix, make_file):
+    tensors = random_tensors(1, count=7)
+    tensors["flags"] = numpy.array([True, False, True])
+    tensors["scalar"] = numpy.array(3.5, dtype=numpy.float64)
+    tensors["empty"] = numpy.zeros((0, 4), dtype=numpy.float32)
+    path = make_file("m.safetensors", tensors, gap=13, metadata={"format": "pt"})
+    loaded = phoenix.load_safetensors(path, device="cpu", framework="numpy", chunk_size=65536)
+    assert_same(loaded, tensors)
+
+
+def test_dlpack_objects_and_capsules(phoenix, make_file):
+    tensors = random_tensors(2)
+    path = make_file("m.safetensors", tensors, gap=3)
+    loaded = phoenix.load_safetensors(str(path), device="cpu")
+    for name, array in tensors.items():
+        t = loaded[name]
+        assert isinstance(t, phoenix.Tensor)
+        assert t.name == name
+        assert t.shape == array.shape
+        assert t.nbytes == array.nbytes
+        assert t.device == "cpu"
+        assert t.__dlpack_device__() == (1, 0)
+        got = numpy.from_dlpack(t)
+        assert got.tobytes() == array.tobytes()
+        raw = numpy.from_dlpack(t.as_bytes())
+        assert raw.dtype == numpy.uint8 and raw.tobytes() == array.tobytes()
+    # The memory outlives the dict: numpy holds the capsule's owner.
+    keep = numpy.from_dlpack(loaded["layer.0.weight"])
+    del loaded
+    assert keep.tobytes() == tensors["layer.0.weight"].tobytes()
+
+
+def test_sharded_index_and_folder(phoenix, tmp_path):
+    weight_map = {}
+    expected = {}
+    for shard in range(3):
+        tensors = random_tensors(10 + shard, count=5, prefix=f"s{shard}")
+        name = f"model-{shard + 1:05d}-of-00003.safetensors"
+        write_safetensors(tmp_path / name, tensors, gap=shard)
+        weight_map.update({k: name for k in tensors})
+        expected.update(tensors)
+    with open(tmp_path / "model.safetensors.index.json", "w") as f:
+        json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f)
+    for target in (tmp_path / "model.safetensors.index.json", tmp_path):
+        loaded = phoenix.load_safetensors(target, device="cpu", framework="numpy",
+                                          parallel_files=2)
+        assert_same(loaded, expected)
+
+
+def test_several_paths_and_loader_reuse(phoenix, make_file):
+    a = random_tensors(3, prefix="a")
+    b = random_tensors(4, prefix="b")
+    pa = make_file("a.safetensors", a)
+    pb = make_file("b.safetensors", b, gap=7)
+    loader = phoenix.Loader("cpu", cache="buffered")
+    loader.warm_up([pa])
+    seen = []
+    first = loader.load([pa, pb], framework="numpy", progress=lambda d, t: seen.append((d, t)))
+    assert_same(first, {**a, **b})
+    assert seen and seen[-1][0] <= seen[-1][1]
+    stats = loader.stats
+    assert stats["files"] == 2 and stats["engines"] == {0: "host"}
+    assert stats["bytes_read"] >= stats["tensor_bytes"] > 0
+    second = loader.load([pb], framework="numpy")
+    assert_same(second, b)
+
+
+def test_file_read_into_numpy(phoenix, tmp_path):
+    data = numpy.random.default_rng(5).integers(0, 255, 100_003, dtype=numpy.uint8)
+    path = tmp_path / "blob.bin"
+    data.tofile(path)
+    f = phoenix.File(path)
+    assert f.size == data.size
+    dst = numpy.zeros(50_000, dtype=numpy.uint8)
+    assert f.read_into(dst, 12_345) == 50_000
+    assert dst.tobytes() == data[12_345:62_345].tobytes()
+    # A raw capsule works too, and size limits the read.
+    dst2 = numpy.zeros(1000, dtype=numpy.uint8)
+    assert f.read_into(dst2.__dlpack__(), 7, size=10) == 10
+    assert dst2[:10].tobytes() == data[7:17].tobytes() and not dst2[10:].any()
+    # Short at the end of the file.
+    dst3 = numpy.zeros(100, dtype=numpy.uint8)
+    assert f.read_into(dst3, data.size - 40) == 40
+
+
+def test_errors_carry_errno(phoenix, tmp_path, make_file):
+    with pytest.raises(FileNotFoundError):
+        phoenix.load_safetensors(tmp_path / "absent.safetensors", device="cpu")
+    bad = tmp_path / "bad.safetensors"
+    header = b'{"w":{"dtype":"F128","shape":[2],"data_offsets":[0,32]}}'
+    bad.write_bytes(len(header).to_bytes(8, "little") + header + bytes(32))
+    with pytest.raises(OSError) as info:
+        phoenix.load_safetensors(bad, device="cpu")
+    assert info.value.errno == 22 and "F128" in str(info.value) and str(bad) in str(info.value)
+    with pytest.raises(OSError) as info:
+        phoenix.load_safetensors(make_file("ok.safetensors", random_tensors(1)), device="gpu")
+    assert info.value.errno == 22
+    with pytest.raises(ValueError):
+        phoenix.load_safetensors(make_file("ok2.safetensors", random_tensors(1)), device="cpu",
+                                 framework="tensorflow")
+    f = phoenix.File(make_file("ok3.safetensors", random_tensors(1)))
+    strided = numpy.zeros((4, 4), dtype=numpy.float32)[:, ::2]
+    with pytest.raises(OSError) as info:
+        f.read_into(strided, 0)
+    assert info.value.errno == 22
+
+
+def test_engine_for_cpu(phoenix):
+    assert phoenix.engine_for("cpu") == "host"
+    assert isinstance(phoenix.__version__, str)
