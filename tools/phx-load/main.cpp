@@ -10,9 +10,11 @@
 #include <cerrno>
 #include <chrono>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -139,6 +141,26 @@ class Reporter {
   std::optional<std::ofstream> file_;
 };
 
+std::string fixed(double value, int decimals) {
+  std::ostringstream text;
+  text << std::fixed << std::setprecision(decimals) << value;
+  return text.str();
+}
+
+std::string gigabytes(std::uint64_t bytes) {
+  return fixed(static_cast<double>(bytes) / 1e9, 3) + " GB";
+}
+
+// "device 0: compat, device 1: compat"
+std::string engines_text(const st::LoadStats &stats) {
+  std::string text;
+  for (const auto &[id, engine] : stats.engines) {
+    text += (text.empty() ? "" : ", ") + std::string("device ") + std::to_string(id) + ": " +
+            std::string(phx::to_string(engine));
+  }
+  return text;
+}
+
 bool engine_unavailable(int err) {
   return err == ENODEV || err == ENOTSUP || err == EPROTO || err == EBUSY || err == EIO;
 }
@@ -157,7 +179,7 @@ int run(const Options &opt) {
   std::vector<std::filesystem::path> paths(opt.paths.begin(), opt.paths.end());
   const st::Checkpoint ckpt = st::open_checkpoint(paths);
   report.text() << "phx-load: " << ckpt.files.size() << " file(s), " << ckpt.tensor_count()
-                << " tensors, " << static_cast<double>(ckpt.tensor_bytes()) / 1e9 << " GB\n";
+                << " tensors, " << gigabytes(ckpt.tensor_bytes()) << "\n";
 
   const auto setup_start = Clock::now();
   std::optional<st::Loader> loader;
@@ -201,8 +223,10 @@ int run(const Options &opt) {
     }
     progress.finish(loaded->stats.bytes_read, loaded->stats.bytes_read);
     json r = result_record(opt, run, *loaded, setup_seconds);
-    report.text() << "phx-load: run " << run << ": " << r["gbps"].get<double>() << " GB/s, "
-                  << loaded->stats.seconds << " s, engine " << r["engines"].dump() << "\n";
+    report.text() << "phx-load: run " << run << ": " << gigabytes(loaded->stats.tensor_bytes)
+                  << " in " << fixed(loaded->stats.seconds, 3) << " s, "
+                  << fixed(r["gbps"].get<double>(), 2) << " GB/s (" << engines_text(loaded->stats)
+                  << ")\n";
     if (opt.verify) {
       const phx::load_tool::VerifyResult v = phx::load_tool::verify(*loaded);
       r["verify"] = {{"tensors", v.tensors},
