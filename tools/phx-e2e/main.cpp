@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -124,9 +125,13 @@ class DataFiles {
     }
   }
 
-  // --reuse-files keeps a file of the right size as it is (and keeps it);
-  // otherwise each run writes its own and removes it at exit.
+  // Written once per run and shared by the engines.  --reuse-files keeps a
+  // file of the right size as it is (and keeps it); otherwise each run
+  // writes its own and removes it at exit.
   std::string get(const std::string &name, std::uint64_t length) {
+    if (const auto it = ready_.find(name); it != ready_.end()) {
+      return it->second;
+    }
     std::filesystem::path path = std::filesystem::path(config_.dir) / ("phx-e2e-" + name);
     if (!config_.reuse_files) {
       path += "." + std::to_string(::getpid());
@@ -139,12 +144,13 @@ class DataFiles {
       }
       phxbench::create_pattern_file(path.string(), length);
     }
-    return path.string();
+    return ready_.emplace(name, path.string()).first->second;
   }
 
  private:
   const Config &config_;
   std::vector<std::filesystem::path> created_;
+  std::map<std::string, std::string> ready_;  // name -> path
 };
 
 // Why the engine cannot run here, or nothing; *loader receives it.

@@ -23,13 +23,13 @@ OVERHEAD_STEPS = ("driver_open", "file_open", "buffer_alloc", "buffer_register",
 
 
 def run(ctx) -> list[dict]:
-    # phx-e2e writes its data files (the verification pattern) in --dir and
-    # removes them when done.
+    # phx-e2e writes its data files (the verification pattern) in --dir;
+    # --reuse-files keeps them for the next engine (and the next run).
     data_dir = os.path.dirname(ctx.scratch_file("phx-e2e"))
     records = []
     for engine in phxbench.engines(ctx, E2E_ENGINES):
-        cmd = [ctx.tool("phx-e2e"), "-x", engine, "--dir", data_dir, "--verify", "--json",
-               "--quiet"]
+        cmd = [ctx.tool("phx-e2e"), "-x", engine, "--dir", data_dir, "--reuse-files", "--verify",
+               "--json", "--quiet"]
         if ctx.quick:
             cmd.append("--quick")
         cmd += ctx.engine_args(engine)
