@@ -63,9 +63,8 @@ void Memory::copy_out(const phx::Registration *reg, std::size_t offset,
   } else {
     // The range's place in the registration, which may start elsewhere.
     const auto *at = static_cast<const std::byte *>(data_) + offset;
-    const auto *reg_start = reg != nullptr && *reg
-                                ? static_cast<const std::byte *>(reg->device_address())
-                                : nullptr;
+    const auto *reg_start =
+        reg != nullptr && *reg ? static_cast<const std::byte *>(reg->device_address()) : nullptr;
     if (reg_start == nullptr || at < reg_start ||
         static_cast<std::size_t>(at - reg_start) + out.size() > reg->size()) {
       throw std::logic_error("Memory::copy_out: device addresses need a registration of them");
