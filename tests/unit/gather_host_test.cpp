@@ -83,7 +83,7 @@ TEST_P(GatherBatch, EverySlotGetsItsBlock) {
 }
 
 TEST(GatherHost, HugeEntryIsSplitAndArrivesWhole) {
-  constexpr std::size_t kSize = (std::size_t{24} << 20) + 4096 * 3;
+  constexpr std::size_t kSize = (std::size_t{24} << 20) + std::size_t{4096} * 3;
   TempDir dir;
   test::write_pattern_file(dir / "kv", kSize, kSeed);
   File file(dir / "kv", O_RDONLY);

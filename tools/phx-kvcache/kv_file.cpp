@@ -11,6 +11,8 @@
 #include <system_error>
 #include <vector>
 
+#include "../phxbench/unique_fd.hpp"
+
 namespace phx::kvcache {
 namespace {
 
@@ -21,24 +23,9 @@ constexpr std::size_t kChunk = std::size_t{8} << 20;
   throw std::system_error(errno, std::generic_category(), what);
 }
 
-class Fd {
- public:
-  Fd(const std::filesystem::path &path, int flags)
-      : fd_(::open(path.c_str(), flags | O_CLOEXEC, 0644)) {}  // NOLINT(*-vararg)
-  ~Fd() {
-    if (fd_ >= 0) {
-      ::close(fd_);
-    }
-  }
-  Fd(const Fd &) = delete;
-  Fd &operator=(const Fd &) = delete;
-  Fd(Fd &&) = delete;
-  Fd &operator=(Fd &&) = delete;
-  [[nodiscard]] int get() const noexcept { return fd_; }
-
- private:
-  int fd_;
-};
+int open_file(const std::filesystem::path &path, int flags) {
+  return ::open(path.c_str(), flags | O_CLOEXEC, 0644);  // NOLINT(*-vararg)
+}
 
 bool matches_at(int fd, std::uint64_t offset) {
   std::vector<std::byte> buf(kProbe);
@@ -77,7 +64,7 @@ std::size_t first_mismatch(std::span<const std::byte> data, std::uint64_t offset
 bool ensure_kv_file(const std::filesystem::path &path, std::uint64_t size) {
   size = (size + kProbe - 1) / kProbe * kProbe;
   {
-    const Fd fd(path, O_RDONLY);
+    const phxbench::UniqueFd fd(open_file(path, O_RDONLY));
     struct stat st = {};
     if (fd.get() >= 0 && ::fstat(fd.get(), &st) == 0 &&
         static_cast<std::uint64_t>(st.st_size) >= size && matches_at(fd.get(), 0) &&
@@ -85,7 +72,7 @@ bool ensure_kv_file(const std::filesystem::path &path, std::uint64_t size) {
       return false;
     }
   }
-  const Fd fd(path, O_WRONLY | O_CREAT | O_TRUNC);
+  const phxbench::UniqueFd fd(open_file(path, O_WRONLY | O_CREAT | O_TRUNC));
   if (fd.get() < 0) {
     fail("create " + path.string());
   }
