@@ -24,6 +24,20 @@ static inline void phxfs_vm_flags_clear(struct vm_area_struct *vma,
 #define phxfs_vm_flags_clear vm_flags_clear
 #endif
 
+/* Removes every PTE of @vma; mmap_lock is held for writing. */
+#if LINUX_VERSION_CODE < KERNEL_VERSION(6, 3, 0)
+static inline void phxfs_zap_vma(struct vm_area_struct *vma)
+{
+	zap_page_range(vma, vma->vm_start, vma->vm_end - vma->vm_start);
+}
+#else
+static inline void phxfs_zap_vma(struct vm_area_struct *vma)
+{
+	zap_page_range_single(vma, vma->vm_start, vma->vm_end - vma->vm_start,
+			      NULL);
+}
+#endif
+
 #if LINUX_VERSION_CODE < KERNEL_VERSION(6, 4, 0)
 #define phxfs_class_create(name) class_create(THIS_MODULE, name)
 #else

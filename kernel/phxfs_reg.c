@@ -350,11 +350,60 @@ static vm_fault_t phxfs_vm_fault(struct vm_fault *vmf)
 	return ret;
 }
 
+static vm_fault_t phxfs_vm_fault_forked(struct vm_fault *vmf)
+{
+	return VM_FAULT_SIGBUS;
+}
+
+/* A copy of a forked copy (the grandchild's): equally empty. */
+static void phxfs_vm_open_forked(struct vm_area_struct *vma)
+{
+	struct phxfs_reg *reg = vma->vm_private_data;
+
+	kref_get(&reg->ref);
+}
+
+static void phxfs_vm_close_forked(struct vm_area_struct *vma)
+{
+	struct phxfs_reg *reg = vma->vm_private_data;
+
+	phxfs_reg_put(reg);
+}
+
+static int phxfs_vm_may_split(struct vm_area_struct *vma, unsigned long addr);
+
+/*
+ * A VMA a forked child inherited: it holds a reference so vm_private_data
+ * stays valid, never pages, and does not count as a mapping (the parent
+ * may unmap and map the registration again meanwhile).
+ */
+static const struct vm_operations_struct phxfs_vm_ops_forked = {
+	.fault = phxfs_vm_fault_forked,
+	.open = phxfs_vm_open_forked,
+	.close = phxfs_vm_close_forked,
+	.may_split = phxfs_vm_may_split,
+};
+
 static void phxfs_vm_open(struct vm_area_struct *vma)
 {
 	struct phxfs_reg *reg = vma->vm_private_data;
 
-	/* Only mremap() copies our VMAs (no fork, no split): count the copy. */
+	/*
+	 * mremap() copies our VMA within the same mm.  fork() copies it into
+	 * the child's mm only after MADV_DOFORK cleared VM_DONTCOPY, and the
+	 * child must still see no device memory: VM_WIPEONFORK stops
+	 * dup_mmap() from copying the PTEs on kernels that call ->open first
+	 * (6.11+), the zap removes those that older kernels (6.1) copied
+	 * before calling ->open, and the forked ops refuse every later fault.
+	 * dup_mmap() holds the child's mmap_lock for writing meanwhile.
+	 */
+	if (vma->vm_mm != current->mm) {
+		phxfs_vm_flags_set(vma, VM_WIPEONFORK);
+		phxfs_zap_vma(vma);
+		vma->vm_ops = &phxfs_vm_ops_forked;
+		kref_get(&reg->ref);
+		return;
+	}
 	atomic_inc(&reg->map_count);
 	kref_get(&reg->ref);
 }

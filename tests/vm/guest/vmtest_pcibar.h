@@ -4,4 +4,5 @@
 int vmtest_pcibar(void);
 int vmtest_nvidia(const char *mode);
 int vmtest_many(void);
+int vmtest_access(void);
 #endif

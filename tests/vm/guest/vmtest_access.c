@@ -1,0 +1,271 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * vmtest_access.c - who can reach device memory through phxfs: the node's
+ * permissions, a read-only open, forked children (also after MADV_DOFORK),
+ * core dumps, MADV_DODUMP; and what /proc/PID/mem gives (a note, see
+ * docs/security.md).  Uses device 1's BAR from 136 MiB (no other group's:
+ * the pcibar group has [0, 128 MiB), the libphoenix tests [160, 256 MiB)).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "vmtest.h"
+#include "vmtest_pcibar.h"
+
+#define ACCESS_DEV 1
+#define ACCESS_BAR_OFF (136 * MiB)
+#define NOBODY 65534
+
+static int open_map(uint64_t off, uint64_t len, struct phxfs_register *r, unsigned char **map) {
+  int fd = phx_open_dev(ACCESS_DEV);
+
+  if (fd < 0)
+    return -1;
+  if (phx_register(fd, ACCESS_BAR_OFF + off, len, r) || !(*map = phx_map(fd, r))) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static int become_nobody(void) {
+  return setgroups(0, NULL) || setgid(NOBODY) || setuid(NOBODY) ? -1 : 0;
+}
+
+static int t_nobody_cannot_open(char *detail, size_t len) {
+  struct stat st;
+  int status;
+  pid_t pid;
+
+  EXPECT(!stat(PHXFS_DEVICE_PREFIX "1", &st), "stat: %s", strerror(errno));
+  EXPECT((st.st_mode & 0007) == 0, "node is world-accessible: mode %o", st.st_mode & 0777);
+  pid = fork();
+  EXPECT(pid >= 0, "fork");
+  if (pid == 0) {
+    int fd;
+
+    if (become_nobody())
+      _exit(10);
+    fd = open(PHXFS_DEVICE_PREFIX "1", O_RDWR);
+    _exit(fd < 0 && errno == EACCES ? 0 : fd < 0 ? 11 : 12);
+  }
+  EXPECT(waitpid(pid, &status, 0) == pid && WIFEXITED(status), "child status %#x", status);
+  EXPECT(WEXITSTATUS(status) == 0, "as uid %d: %s", NOBODY,
+         WEXITSTATUS(status) == 12   ? "open succeeded"
+         : WEXITSTATUS(status) == 10 ? "could not drop privileges"
+                                     : "open failed, but not with EACCES");
+  snprintf(detail, len, "mode %o uid %u gid %u: uid %d gets EACCES", st.st_mode & 0777, st.st_uid,
+           st.st_gid, NOBODY);
+  return 0;
+}
+
+static int t_readonly_open_cannot_map(char *detail, size_t len) {
+  struct phxfs_register r;
+  int fd = open(PHXFS_DEVICE_PREFIX "1", O_RDONLY), ret;
+  void *m;
+
+  EXPECT(fd >= 0, "open O_RDONLY: %s", strerror(errno));
+  ret = phx_register(fd, ACCESS_BAR_OFF, 64 * KiB, &r);
+  EXPECT(!ret, "register: %s", strerror(-ret));
+  m = mmap(NULL, r.length, PROT_READ, MAP_SHARED, fd, (off_t)r.mmap_offset);
+  EXPECT(m == MAP_FAILED && errno == EINVAL, "PROT_READ mapping of a read-only open: %s",
+         m == MAP_FAILED ? strerror(errno) : "succeeded");
+  m = mmap(NULL, r.length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)r.mmap_offset);
+  EXPECT(m == MAP_FAILED && errno == EACCES, "writable mapping of a read-only open: %s",
+         m == MAP_FAILED ? strerror(errno) : "succeeded");
+  EXPECT(!phx_deregister(fd, r.handle), "deregister");
+  close(fd);
+  snprintf(detail, len, "O_RDONLY: REGISTER works but no mapping (PROT_READ EINVAL, RW EACCES)");
+  return 0;
+}
+
+/* The child reports what touching the parent's device mapping did. */
+static int child_touch_status(unsigned char *map, uint64_t size) {
+  int status;
+  pid_t pid = fork();
+
+  if (pid < 0)
+    return -1;
+  if (pid == 0) {
+    int sig = touch_signal(map), sig_end = touch_signal(map + size - 1);
+
+    _exit(sig && sig_end ? 0 : 1);
+  }
+  if (waitpid(pid, &status, 0) != pid)
+    return -1;
+  return status;
+}
+
+static int t_fork_after_dofork(char *detail, size_t len) {
+  struct phxfs_register r;
+  struct phxfs_info info;
+  unsigned char *map;
+  int fd = open_map(0, 64 * KiB, &r, &map), status, adv;
+
+  EXPECT(fd >= 0, "register and map: %s", strerror(errno));
+  map[0] = 0xa5;
+  status = child_touch_status(map, r.length);
+  EXPECT(status == 0, "child read the device mapping without MADV_DOFORK (status %#x)", status);
+  adv = madvise(map, r.length, MADV_DOFORK) ? errno : 0;
+  status = child_touch_status(map, r.length);
+  EXPECT(status == 0, "after MADV_DOFORK (%s) a forked child read device memory (status %#x)",
+         adv ? strerror(adv) : "accepted", status);
+  EXPECT(map[0] == 0xa5, "parent's mapping changed");
+  EXPECT(!munmap(map, r.length) && !phx_deregister(fd, r.handle), "teardown");
+  EXPECT(!phx_get_info(fd, &info), "info");
+  close(fd);
+  snprintf(detail, len, "MADV_DOFORK %s; forked children fault on the range either way",
+           adv ? "refused" : "accepted");
+  return 0;
+}
+
+/* Returns the offset of needle in the file, -1 if absent, -2 on error. */
+static long long file_find(const char *path, const unsigned char *needle, size_t n) {
+  int fd = open(path, O_RDONLY);
+  struct stat st;
+  unsigned char *p;
+  long long at = -1;
+  size_t i;
+
+  if (fd < 0 || fstat(fd, &st))
+    return -2;
+  p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED)
+    return -2;
+  for (i = 0; i + n <= (size_t)st.st_size; i++)
+    if (p[i] == needle[0] && !memcmp(p + i, needle, n)) {
+      at = (long long)i;
+      break;
+    }
+  munmap(p, (size_t)st.st_size);
+  return at;
+}
+
+static int t_core_dump(char *detail, size_t len) {
+  const uint64_t dev_seed = 0xc0de0001, ram_seed = 0xc0de0002;
+  unsigned char dev_marker[64], ram_marker[64];
+  char old_pattern[256] = "", core[64];
+  long long dev_at, ram_at;
+  FILE *f;
+  int status;
+  pid_t pid;
+
+  f = fopen("/proc/sys/kernel/core_pattern", "r");
+  EXPECT(f && fgets(old_pattern, sizeof(old_pattern), f), "read core_pattern");
+  fclose(f);
+  f = fopen("/proc/sys/kernel/core_pattern", "w");
+  EXPECT(f && fputs("/tmp/phx-core.%p", f) >= 0 && !fclose(f), "set core_pattern");
+  pid = fork();
+  EXPECT(pid >= 0, "fork");
+  if (pid == 0) {
+    struct rlimit rl = {RLIM_INFINITY, RLIM_INFINITY};
+    struct phxfs_register r;
+    unsigned char *map, *ram = malloc(64 * KiB);
+
+    setrlimit(RLIMIT_CORE, &rl);
+    prctl(PR_SET_DUMPABLE, 1);
+    if (!ram || open_map(64 * KiB, 64 * KiB, &r, &map) < 0)
+      _exit(3);
+    /* Generated in place: the only copy of these bytes is in device memory. */
+    pattern_fill(map, 64 * KiB, dev_seed);
+    pattern_fill(ram, 64 * KiB, ram_seed);
+    abort();
+  }
+  EXPECT(waitpid(pid, &status, 0) == pid, "waitpid");
+  f = fopen("/proc/sys/kernel/core_pattern", "w");
+  if (f) {
+    fputs(old_pattern, f);
+    fclose(f);
+  }
+  EXPECT(WIFSIGNALED(status) && WCOREDUMP(status), "child status %#x: no core dump", status);
+  snprintf(core, sizeof(core), "/tmp/phx-core.%d", (int)pid);
+  pattern_fill(dev_marker, sizeof(dev_marker), dev_seed);
+  pattern_fill(ram_marker, sizeof(ram_marker), ram_seed);
+  ram_at = file_find(core, ram_marker, sizeof(ram_marker));
+  dev_at = file_find(core, dev_marker, sizeof(dev_marker));
+  unlink(core);
+  /* The RAM marker proves the search works on this core. */
+  EXPECT(ram_at >= 0, "the core lacks the process's own heap bytes (%lld)", ram_at);
+  EXPECT(dev_at == -1, "device memory bytes in the core at offset %lld", dev_at);
+  snprintf(detail, len, "core dump has the heap (at %lld) but not the device mapping (VM_DONTDUMP)",
+           ram_at);
+  return 0;
+}
+
+static int t_dodump_refused(char *detail, size_t len) {
+  struct phxfs_register r;
+  unsigned char *map;
+  int fd = open_map(128 * KiB, 64 * KiB, &r, &map), ret;
+
+  EXPECT(fd >= 0, "register and map: %s", strerror(errno));
+  ret = madvise(map, r.length, MADV_DODUMP) ? errno : 0;
+  EXPECT(!munmap(map, r.length) && !phx_deregister(fd, r.handle), "teardown");
+  close(fd);
+  EXPECT(ret == EINVAL, "MADV_DODUMP: %s, want EINVAL", ret ? strerror(ret) : "accepted");
+  snprintf(detail, len, "MADV_DODUMP refused (EINVAL): the range stays out of core dumps");
+  return 0;
+}
+
+/* Information for docs/security.md, not a verdict: ptrace-level access. */
+static void note_proc_mem(void) {
+  struct phxfs_register r;
+  unsigned char *map, buf[16];
+  char note[256];
+  ssize_t n;
+  int fd = open_map(192 * KiB, 64 * KiB, &r, &map), mem;
+
+  if (fd < 0)
+    return;
+  pattern_fill(map, 16, 0x5eed);
+  pattern_fill(buf, 16, 0x5eed);
+  mem = open("/proc/self/mem", O_RDONLY);
+  memset(buf, 0, sizeof(buf));
+  n = mem >= 0 ? pread(mem, buf, sizeof(buf), (off_t)(uintptr_t)map) : -1;
+  {
+    unsigned char want[16];
+
+    pattern_fill(want, 16, 0x5eed);
+    snprintf(note, sizeof(note), "PHX-NOTE access: /proc/self/mem read of a device mapping: %s\n",
+             n < 0                        ? strerror(errno)
+             : memcmp(buf, want, 16) == 0 ? "returns the device bytes (ptrace-level access)"
+                                          : "returns other bytes");
+  }
+  {
+    const char *path = getenv("PHX_REPORT");
+    int rep = path ? open(path, O_WRONLY | O_APPEND) : -1;
+
+    if (rep >= 0) {
+      if (write(rep, note, strlen(note)) < 0)
+        perror("note");
+      close(rep);
+    }
+  }
+  if (mem >= 0)
+    close(mem);
+  munmap(map, r.length);
+  phx_deregister(fd, r.handle);
+  close(fd);
+}
+
+int vmtest_access(void) {
+  vm_run("access/nobody_cannot_open", t_nobody_cannot_open);
+  vm_run("access/readonly_open_cannot_map", t_readonly_open_cannot_map);
+  vm_run("access/fork_after_madv_dofork", t_fork_after_dofork);
+  vm_run("access/core_dump_excludes_device_memory", t_core_dump);
+  vm_run("access/madv_dodump_refused", t_dodump_refused);
+  note_proc_mem();
+  return vm_failures() ? 1 : 0;
+}
