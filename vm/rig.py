@@ -1013,6 +1013,17 @@ def variant(args) -> str:
     return "-iommu" if args.iommu else ""
 
 
+def guest_vars() -> dict[str, str]:
+    """PHX_VM_GUEST_VARS="PHX_A=1 PHX_B=x": extra /etc/phx/config entries (vm/soak's knobs)."""
+    out = {}
+    for item in os.environ.get("PHX_VM_GUEST_VARS", "").split():
+        key, eq, val = item.partition("=")
+        if not eq or not re.fullmatch(r"PHX_[A-Z0-9_]+", key):
+            raise RigError(f"PHX_VM_GUEST_VARS: {item!r} is not PHX_NAME=VALUE")
+        out[key] = val
+    return out
+
+
 def run_kernel(k: Kernel, args) -> dict:
     work = WORK_ROOT / (k.release + variant(args))
     work.mkdir(parents=True, exist_ok=True)
@@ -1047,7 +1058,8 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
     build_initramfs(k, guest, initrd, {
         "PHX_ENTRY": args.entry, "PHX_ONLY": args.only or "", "PHX_WAIT_S": "60",
         "PHX_RAW_SERIAL": RAW_SERIAL, "PHX_EXT4_SERIAL": EXT4_SERIAL,
-        "PHX_NSHM": str(NSHM), "PHX_MODE": "shell" if args.shell else "run"})
+        "PHX_NSHM": str(NSHM), "PHX_MODE": "shell" if args.shell else "run",
+        **guest_vars()})
     make_raw_image(work / "raw.img", env_mib("PHX_VM_RAW_MIB", RAW_MIB))
     make_ext4_image(work / "ext4.img", env_mib("PHX_VM_EXT4_MIB", EXT4_MIB))
     tag = f"{os.getpid()}-{re.sub(r'[^A-Za-z0-9.]', '_', k.release)}"
