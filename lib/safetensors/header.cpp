@@ -104,7 +104,7 @@ std::map<std::string, std::string> parse_metadata(const json &value,
   std::map<std::string, std::string> metadata;
   for (const auto &[key, item] : value.items()) {
     if (!item.is_string()) {
-      fail(EINVAL, path, "\"__metadata__\" value of \"" + key + "\" is not a string");
+      fail(EINVAL, path, R"("__metadata__" value of ")" + key + R"(" is not a string)");
     }
     metadata.emplace(key, item.get<std::string>());
   }

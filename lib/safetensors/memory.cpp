@@ -151,8 +151,9 @@ std::shared_ptr<Allocation> allocate_cuda(int device, std::size_t bytes) {
                             std::to_string(bytes) +
                             " bytes: " + cuda::error_text("cuMemAlloc", result));
   }
-  return std::make_shared<CudaAllocation>(std::move(gpu), reinterpret_cast<std::byte *>(address),
-                                          bytes);
+  // NOLINTNEXTLINE(performance-no-int-to-ptr): CUDA device addresses are integers
+  auto *data = reinterpret_cast<std::byte *>(address);
+  return std::make_shared<CudaAllocation>(std::move(gpu), data, bytes);
 }
 
 std::shared_ptr<Allocation> allocate_pinned(std::size_t bytes) {

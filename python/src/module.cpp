@@ -65,7 +65,7 @@ Target parse_target(const std::string &device) {
     }
   }
   throw std::system_error(EINVAL, std::system_category(),
-                          "device \"" + device + "\": expected \"cpu\", \"cuda\" or \"cuda:N\"");
+                          R"(device ")" + device + R"(": expected "cpu", "cuda" or "cuda:N")");
 }
 
 st::CachePolicy parse_cache(const std::string &name) {
@@ -287,6 +287,7 @@ PYBIND11_MODULE(_phoenix, m) {
   m.doc() = "libphoenix: safetensors checkpoints straight into GPU memory";
 
   // errno-carrying failures become OSError with the errno set.
+  // NOLINTNEXTLINE(performance-unnecessary-value-param): pybind11 fixes the signature
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) {

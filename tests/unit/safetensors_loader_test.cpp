@@ -89,7 +89,7 @@ TEST(SafetensorsLoader, ShardedIndexAndSeveralFilesConcurrently) {
       shard.push_back({name,
                        "F16",
                        {std::uint64_t(1000 + 37 * t)},
-                       phx::test::tensor_bytes(2 * (1000 + 37 * t), 10 * f + t)});
+                       phx::test::tensor_bytes(std::size_t{2} * (1000 + 37 * t), 10 * f + t)});
       weight_map.emplace_back(name, "shard-" + std::to_string(f) + ".safetensors");
     }
     (void)phx::test::write_safetensors(dir / ("shard-" + std::to_string(f) + ".safetensors"), shard,

@@ -36,7 +36,7 @@ void expect_rejected(const std::filesystem::path &path, int err,
 
 std::string tensor_entry(const std::string &name, const std::string &dtype,
                          const std::string &shape, std::uint64_t begin, std::uint64_t end) {
-  return "\"" + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":" + shape +
+  return R"(")" + name + R"(":{"dtype":")" + dtype + R"(","shape":)" + shape +
          ",\"data_offsets\":[" + std::to_string(begin) + "," + std::to_string(end) + "]}";
 }
 
@@ -136,7 +136,7 @@ TEST(SafetensorsReader, HeaderLengthAboveTheCap) {
 TEST(SafetensorsReader, BadJson) {
   const phx::test::TempDir dir;
   const auto path = dir / "json.safetensors";
-  write_with_header(path, "{\"w\":{\"dtype\":\"F32\",}", 0);
+  write_with_header(path, R"({"w":{"dtype":"F32",})", 0);
   expect_rejected(path, EINVAL, {"not valid JSON"});
   write_with_header(path, "[1,2,3]", 0);
   expect_rejected(path, EINVAL, {"not a JSON object"});
@@ -168,7 +168,7 @@ TEST(SafetensorsReader, NegativeOrMalformedFields) {
   const auto path = dir / "fields.safetensors";
   write_with_header(path, "{" + tensor_entry("w", "U8", "[-2]", 0, 2) + "}", 2);
   expect_rejected(path, EINVAL, {"tensor \"w\"", "shape", "not a non-negative integer"});
-  write_with_header(path, "{\"w\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0]}}", 2);
+  write_with_header(path, R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[0]}})", 2);
   expect_rejected(path, EINVAL, {"tensor \"w\"", "data_offsets"});
   write_with_header(path, "{" + tensor_entry("w", "U8", "[0]", 4, 2) + "}", 4);
   expect_rejected(path, EINVAL, {"tensor \"w\"", "end before they begin"});
@@ -208,9 +208,9 @@ TEST(SafetensorsReader, EmptyTensorsOverlapNothing) {
 TEST(SafetensorsReader, MetadataMustMapStringsToStrings) {
   const phx::test::TempDir dir;
   const auto path = dir / "meta.safetensors";
-  write_with_header(path, "{\"__metadata__\":{\"format\":1}}", 0);
+  write_with_header(path, R"({"__metadata__":{"format":1}})", 0);
   expect_rejected(path, EINVAL, {"__metadata__", "\"format\""});
-  write_with_header(path, "{\"__metadata__\":[\"pt\"]}", 0);
+  write_with_header(path, R"({"__metadata__":["pt"]})", 0);
   expect_rejected(path, EINVAL, {"__metadata__"});
 }
 

@@ -32,17 +32,24 @@ std::string header_text(const std::vector<TestTensor> &tensors, const Offsets &o
   std::string json = "{";
   bool first = true;
   if (!metadata.empty()) {
-    json += "\"__metadata__\":{";
+    json += R"("__metadata__":{)";
     for (const auto &[key, value] : metadata) {
-      json += (first ? "\"" : ",\"") + key + "\":\"" + value + "\"";
+      json += first ? "\"" : ",\"";
+      json += key;
+      json += R"(":")";
+      json += value;
+      json += '"';
       first = false;
     }
     json += "}";
   }
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const TestTensor &t = tensors[i];
-    json +=
-        (json.size() > 1 ? ",\"" : "\"") + t.name + "\":{\"dtype\":\"" + t.dtype + "\",\"shape\":[";
+    json += json.size() > 1 ? ",\"" : "\"";
+    json += t.name;
+    json += R"(":{"dtype":")";
+    json += t.dtype;
+    json += R"(","shape":[)";
     for (std::size_t d = 0; d < t.shape.size(); ++d) {
       json += (d == 0 ? "" : ",") + std::to_string(t.shape[d]);
     }
@@ -85,9 +92,13 @@ Offsets write_safetensors(const std::filesystem::path &path, const std::vector<T
 
 void write_index(const std::filesystem::path &path,
                  const std::vector<std::pair<std::string, std::string>> &weight_map) {
-  std::string json = "{\"metadata\":{\"total_size\":0},\"weight_map\":{";
+  std::string json = R"({"metadata":{"total_size":0},"weight_map":{)";
   for (std::size_t i = 0; i < weight_map.size(); ++i) {
-    json += (i == 0 ? "\"" : ",\"") + weight_map[i].first + "\":\"" + weight_map[i].second + "\"";
+    json += i == 0 ? "\"" : ",\"";
+    json += weight_map[i].first;
+    json += R"(":")";
+    json += weight_map[i].second;
+    json += '"';
   }
   json += "}}";
   std::ofstream out(path, std::ios::trunc);
