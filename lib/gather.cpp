@@ -220,39 +220,46 @@ Gather::Gather(Gather &&) noexcept = default;
 Gather &Gather::operator=(Gather &&) noexcept = default;
 Gather::~Gather() = default;
 
-const GatherOptions &Gather::options() const noexcept {
-  return impl_->options();
+detail::Gatherer &Gather::impl() const {
+  if (impl_ == nullptr) {
+    detail::throw_errno(EINVAL, "phx::Gather was moved from");
+  }
+  return *impl_;
+}
+
+const GatherOptions &Gather::options() const {
+  return impl().options();
 }
 
 GatherResult Gather::read(std::span<const GatherEntry> entries) {
-  check_not_in_callback(*impl_);
-  return start(*impl_, Direction::read, {entries.begin(), entries.end()}).get();
+  check_not_in_callback(impl());
+  return start(impl(), Direction::read, {entries.begin(), entries.end()}).get();
 }
 GatherResult Gather::write(std::span<const GatherEntry> entries) {
-  check_not_in_callback(*impl_);
-  return start(*impl_, Direction::write, {entries.begin(), entries.end()}).get();
+  check_not_in_callback(impl());
+  return start(impl(), Direction::write, {entries.begin(), entries.end()}).get();
 }
 std::future<GatherResult> Gather::read_async(std::vector<GatherEntry> entries) {
-  return start(*impl_, Direction::read, std::move(entries));
+  return start(impl(), Direction::read, std::move(entries));
 }
 std::future<GatherResult> Gather::write_async(std::vector<GatherEntry> entries) {
-  return start(*impl_, Direction::write, std::move(entries));
+  return start(impl(), Direction::write, std::move(entries));
 }
 void Gather::read_async(std::vector<GatherEntry> entries, std::function<void(GatherResult)> done) {
-  start(*impl_, Direction::read, std::move(entries), std::move(done));
+  start(impl(), Direction::read, std::move(entries), std::move(done));
 }
 void Gather::write_async(std::vector<GatherEntry> entries, std::function<void(GatherResult)> done) {
-  start(*impl_, Direction::write, std::move(entries), std::move(done));
+  start(impl(), Direction::write, std::move(entries), std::move(done));
 }
 void Gather::read_on_stream(std::vector<GatherEntry> entries, GatherResult *result,
                             CUstream_st *stream) {
   detail::validate_entries(entries);
-  detail::post_stream_ordered(*impl_, Direction::read, std::move(entries), result, stream);
+  detail::post_stream_ordered(impl(), Direction::read, std::move(entries), result, stream);
 }
 void Gather::write_on_stream(std::vector<GatherEntry> entries, GatherResult *result,
                              CUstream_st *stream) {
   detail::validate_entries(entries);
-  detail::post_stream_ordered(*impl_, Direction::write, std::move(entries), result, stream);
+  detail::post_stream_ordered(impl(), Direction::write, std::move(entries), result, stream);
 }
 
 }  // namespace phx

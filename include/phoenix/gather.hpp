@@ -98,7 +98,8 @@ class PHX_EXPORT Gather {
   Gather &operator=(const Gather &) = delete;
   ~Gather();
 
-  [[nodiscard]] const GatherOptions &options() const noexcept;
+  /// The options in force (defaults resolved).  Throws EINVAL when moved from.
+  [[nodiscard]] const GatherOptions &options() const;
 
   /// Reads every entry.  Per-entry failures are in the result; throws
   /// std::system_error only when the whole operation cannot run (EINVAL: an
@@ -128,6 +129,8 @@ class PHX_EXPORT Gather {
   void write_on_stream(std::vector<GatherEntry> entries, GatherResult *result, CUstream_st *stream);
 
  private:
+  /// Throws std::system_error(EINVAL) on a moved-from Gather.
+  [[nodiscard]] detail::Gatherer &impl() const;
   std::unique_ptr<detail::Gatherer> impl_;
 };
 

@@ -321,6 +321,20 @@ TEST(GatherHost, StreamOrderedWithoutCudaIsEnotsup) {
   }
 }
 
+TEST(GatherHost, MovedFromGatherIsEinval) {
+  auto dev = Device::open(0, Engine::host);
+  Gather a(dev, {.queue_depth = 12});
+  const Gather b(std::move(a));
+  EXPECT_EQ(b.options().queue_depth, 12U);
+  try {
+    // NOLINTNEXTLINE(bugprone-use-after-move,clang-analyzer-cplusplus.Move): the point of the test
+    (void)a.options();
+    FAIL() << "a moved-from Gather answered";
+  } catch (const std::system_error &err) {
+    EXPECT_EQ(err.code().value(), EINVAL);
+  }
+}
+
 TEST(GatherHost, MalformedOptionsAreEinval) {
   auto dev = Device::open(0, Engine::host);
   for (const GatherOptions &o : {GatherOptions{.queue_depth = 40000},
