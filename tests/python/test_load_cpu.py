@@ -2,7 +2,6 @@
 """phoenix.load_safetensors onto the CPU (host engine) against numpy."""
 
 import json
-import os
 
 import pytest
 
