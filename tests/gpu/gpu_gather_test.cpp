@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <ostream>
 #include <random>
+#include <string>
 
 #include "gpu_support.hpp"
 #include "kernels.hpp"
@@ -26,13 +28,24 @@ struct GatherCase {
   std::size_t max_request;
 };
 
+// Readable names in ctest's listing.
+void PrintTo(const GatherCase &c, std::ostream *os) {
+  *os << c.blocks << "x" << c.block << " depth " << c.depth << " max " << c.max_request;
+}
+
 class CompatGather : public GpuTest, public ::testing::WithParamInterface<GatherCase> {};
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CompatGather,
                          ::testing::Values(GatherCase{1, 16384, 0, 0},
                                            GatherCase{3000, 16384, 0, 0},
                                            GatherCase{5000, 8192, 8, 65536},
-                                           GatherCase{600, 65536, 4, 0}));
+                                           GatherCase{600, 65536, 4, 0}),
+                         [](const ::testing::TestParamInfo<GatherCase> &param_info) {
+                           const GatherCase &c = param_info.param;
+                           return std::to_string(c.blocks) + "x" + std::to_string(c.block) +
+                                  "_depth" + std::to_string(c.depth) + "_max" +
+                                  std::to_string(c.max_request);
+                         });
 
 TEST_P(CompatGather, ScatteredBlocksLandInTheirSlots) {
   const GatherCase c = GetParam();

@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ostream>
 #include <random>
+#include <string>
 
 #include "phoenix/gather.hpp"
 #include "test_support.hpp"
@@ -43,6 +45,12 @@ struct BatchCase {
   bool shuffled;
 };
 
+// Readable names in ctest's listing.
+void PrintTo(const BatchCase &c, std::ostream *os) {
+  *os << c.entries << "x" << c.block << " depth " << c.depth
+      << (c.shuffled ? " shuffled" : " in order");
+}
+
 class GatherBatch : public ::testing::TestWithParam<BatchCase> {};
 
 INSTANTIATE_TEST_SUITE_P(
@@ -51,7 +59,12 @@ INSTANTIATE_TEST_SUITE_P(
                       BatchCase{8, 8192, 8, true}, BatchCase{9, 8192, 8, true},
                       BatchCase{256, 16384, 32, true}, BatchCase{257, 16384, 32, true},
                       BatchCase{1000, 8192, 16, true}, BatchCase{5000, 4096, 64, true},
-                      BatchCase{300, 65536, 8, false}));
+                      BatchCase{300, 65536, 8, false}),
+    [](const ::testing::TestParamInfo<BatchCase> &param_info) {
+      const BatchCase &c = param_info.param;
+      return std::to_string(c.entries) + "x" + std::to_string(c.block) + "_depth" +
+             std::to_string(c.depth) + (c.shuffled ? "_shuffled" : "_in_order");
+    });
 
 TEST_P(GatherBatch, EverySlotGetsItsBlock) {
   const BatchCase c = GetParam();
