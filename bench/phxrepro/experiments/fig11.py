@@ -29,8 +29,8 @@ GPU_ENGINES = {"phoenix", "compat", "gds", "posix"}
 # Where the rig's guest finds the traces (bench/phxrepro/rig.py copies
 # GUEST_FILES into the guest folder, mounted at /phx).
 GUEST_TRACES = "/phx/kvcache-traces"
-# The rig's device 0 BAR is 256 MiB.
-RIG_POOL_BYTES = 256 << 20
+# The rig's device 0 BAR is 256 MiB; the pool starts at --device-addr, so leave room.
+RIG_POOL_BYTES = 192 << 20
 
 
 def traces_dir() -> pathlib.Path:
