@@ -214,7 +214,10 @@ struct LoadStats {
   std::size_t files = 0;
   std::size_t files_direct = 0;  ///< of which read with O_DIRECT
   std::size_t segments = 0;
-  double seconds = 0;             ///< from the first allocation to the last byte in place
+  double seconds = 0;  ///< from the first allocation to the last byte in place
+  /// Of which allocating and registering the destinations (pinned host
+  /// memory is slow to allocate; device memory is not).
+  double allocate_seconds = 0;
   std::map<int, Engine> engines;  ///< per device
 };
 

@@ -244,6 +244,7 @@ std::shared_ptr<LoadedCheckpoint> Loader::load(Checkpoint checkpoint) {
     t.registration = dev.register_memory(t.base, s.bytes());
   }
 
+  const Clock::time_point allocated = Clock::now();
   // One work item per file: its segments share one open descriptor.
   std::vector<std::vector<const Target *>> work(ckpt.files.size());
   for (const Target &t : targets) {
@@ -300,6 +301,7 @@ std::shared_ptr<LoadedCheckpoint> Loader::load(Checkpoint checkpoint) {
 
   LoadStats &stats = result->stats;
   stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  stats.allocate_seconds = std::chrono::duration<double>(allocated - start).count();
   stats.bytes_read = shared.done.load();
   stats.tensor_bytes = ckpt.tensor_bytes();
   stats.files = ckpt.files.size();

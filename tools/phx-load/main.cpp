@@ -109,6 +109,8 @@ json result_record(const Options &opt, int run, const st::LoadedCheckpoint &load
             {"tensor_bytes", s.tensor_bytes},
             {"bytes_read", s.bytes_read},
             {"seconds", s.seconds},
+            {"allocate_seconds", s.allocate_seconds},
+            {"read_seconds", s.seconds - s.allocate_seconds},
             {"gbps", s.seconds > 0 ? static_cast<double>(s.tensor_bytes) / s.seconds / 1e9 : 0.0},
             {"setup_seconds", setup_seconds},
             {"engines", engines}});
