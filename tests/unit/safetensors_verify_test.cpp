@@ -12,11 +12,10 @@ namespace st = phx::safetensors;
 
 TEST(SafetensorsVerify, DetectsAChangedByte) {
   const phx::test::TempDir dir;
-  (void)phx::test::write_safetensors(
-      dir / "a.safetensors",
-      {{"x", "F32", {1000}, phx::test::tensor_bytes(4000, 1)},
-       {"y", "I16", {3, 5}, phx::test::tensor_bytes(30, 2)}},
-      11);
+  (void)phx::test::write_safetensors(dir / "a.safetensors",
+                                     {{"x", "F32", {1000}, phx::test::tensor_bytes(4000, 1)},
+                                      {"y", "I16", {3, 5}, phx::test::tensor_bytes(30, 2)}},
+                                     11);
   (void)phx::test::write_safetensors(dir / "b.safetensors",
                                      {{"z", "U8", {77}, phx::test::tensor_bytes(77, 3)}});
   st::LoadOptions o;
