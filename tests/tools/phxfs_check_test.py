@@ -34,7 +34,13 @@ def main():
         paths = {p["path"]: p for p in report["paths"]}
         check(paths[scratch]["o_direct"] is True, f"O_DIRECT on {scratch}: {paths[scratch]}")
         check(paths["/nonexistent/phx"]["error"], "missing path reported no error")
-        expected = "direct" if os.path.exists("/dev/phxfs_dev0") else "host"
+        # auto: the module's node, else a CUDA GPU (compat), else host memory.
+        if os.path.exists("/dev/phxfs_dev0"):
+            expected = "direct"
+        elif report["cuda"]["available"] and report["cuda"]["devices"]:
+            expected = "compat"
+        else:
+            expected = "host"
         check(report["engine"]["engine"] == expected, f"engine {report['engine']}")
 
     env = dict(os.environ, PHX_ENGINE="host")

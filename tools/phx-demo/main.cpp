@@ -527,15 +527,16 @@ int run(const Options &opt) {
   const phx::EngineChoice choice = phx::choose_engine(opt.device, requested);
   std::string engine_note;
   phx::Engine engine = requested;
-  if (choice.engine == phx::Engine::direct) {
-    // The direct engine registers device memory, which this tool cannot
-    // allocate yet (no CUDA, no BAR allocator).
-    if (requested == phx::Engine::direct) {
-      throw_errno(ENOTSUP,
-                  "phx-demo only allocates host memory; the direct engine needs device memory "
-                  "(run with --engine host)");
+  if (choice.engine == phx::Engine::direct || choice.engine == phx::Engine::compat) {
+    // Both register device memory, which this tool cannot allocate (no
+    // CUDA allocator, no BAR allocator): scripts/demo runs the device
+    // version in the rig, bench/gpu_load and phxbench on GPUs.
+    const std::string name(phx::to_string(choice.engine));
+    if (requested == choice.engine) {
+      throw_errno(ENOTSUP, "phx-demo only allocates host memory; the " + name +
+                               " engine needs device memory (run with --engine host)");
     }
-    engine_note = "auto would pick direct (" + choice.reason +
+    engine_note = "auto would pick " + name + " (" + choice.reason +
                   "), but phx-demo only allocates host memory: using the host engine";
     engine = phx::Engine::host;
   }
