@@ -66,7 +66,8 @@ class Context:
                  quick: bool, engines: list[str], emulated: bool, label: str | None,
                  mode: str = "local", tool_dir: str | None = None,
                  replay: list[dict] | None = None, machine: dict | None = None,
-                 engine_args: dict[str, list[str]] | None = None, verbose: bool = False):
+                 engine_args: dict[str, list[str]] | None = None, verbose: bool = False,
+                 point_seconds: float | None = None):
         self.build = build
         self.out = out
         self.scratch = scratch
@@ -75,6 +76,7 @@ class Context:
         self.emulated = emulated
         self.mode = mode
         self.verbose = verbose
+        self.point_seconds = point_seconds
         self.machine_info = machine if machine is not None else _machine_summary()
         self._label = label
         self._tool_dir = tool_dir
@@ -107,6 +109,20 @@ class Context:
 
     def log(self, message: str) -> None:
         print(f"reproduce[{self.experiment}]: {message}", file=sys.stderr, flush=True)
+
+    def duration(self, full: str) -> str:
+        """How long one measured point runs: --point-seconds, else short
+        with --quick, else the experiment's own choice."""
+        if self.point_seconds is not None:
+            return f"{max(1, int(self.point_seconds * 1000))}ms"
+        return "300ms" if self.quick else full
+
+    def warmup(self, full: str | None) -> str | None:
+        if self.quick or full is None:
+            return None
+        if self.point_seconds is not None:
+            return f"{max(1, int(self.point_seconds * 250))}ms"
+        return full
 
     def wants(self, engine: str) -> bool:
         return engine in self.engines

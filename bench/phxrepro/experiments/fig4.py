@@ -27,8 +27,8 @@ def run(ctx) -> list[dict]:
         for io in ("read", "write"):
             for size in io_sizes:
                 records += phxbench.run(ctx, engine, path, meta={"point": size}, io=io,
-                                        io_size=size, length=length, duration=duration,
-                                        warmup=warmup, verify=ctx.quick)
+                                        io_size=size, length=length, duration=ctx.duration(duration),
+                                        warmup=ctx.warmup(warmup), verify=ctx.quick)
     return records
 
 

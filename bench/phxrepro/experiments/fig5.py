@@ -24,7 +24,7 @@ def run(ctx) -> list[dict]:
         for t in threads:
             records += phxbench.run(ctx, engine, path, meta={"point": t}, io_size=4096,
                                     threads=t, pattern="rand", length=length,
-                                    duration=duration, warmup=warmup, verify=ctx.quick)
+                                    duration=ctx.duration(duration), warmup=ctx.warmup(warmup), verify=ctx.quick)
     return records
 
 

@@ -34,7 +34,7 @@ def run(ctx) -> list[dict]:
             for size in io_sizes:
                 records += phxbench.run(ctx, engine, path, meta={"point": size}, mode=mode,
                                         io_size=size, depth=DEPTH, length=length,
-                                        duration=duration, warmup=warmup, verify=ctx.quick)
+                                        duration=ctx.duration(duration), warmup=ctx.warmup(warmup), verify=ctx.quick)
     return records
 
 

@@ -31,7 +31,7 @@ def run(ctx) -> list[dict]:
             for depth in batches:
                 records += phxbench.run(ctx, engine, path, meta={"point": depth}, mode=mode,
                                         io_size=4096, depth=depth, pattern="rand",
-                                        length=length, duration=duration, verify=ctx.quick)
+                                        length=length, duration=ctx.duration(duration), verify=ctx.quick)
     return records
 
 
