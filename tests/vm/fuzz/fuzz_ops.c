@@ -1252,17 +1252,20 @@ static void child_body(struct fz_thread *t, unsigned char *const *maps, int nmap
 }
 
 static void op_fork(struct fz_thread *t) {
+  struct fz_slot *locked[FZ_MAX_SLOTS];
   unsigned char *maps[FZ_MAX_SLOTS];
-  int nmaps = 0, s, status, mode = (int)fz_below(t, 3);
+  int nmaps = 0, i, s, status, mode = (int)fz_below(t, 3);
   pid_t pid;
 
-  /* Children only touch maps that cannot go away while they are forked. */
+  /* The child touches maps that cannot change while fork() snapshots them. */
   LOCK(t);
   for (s = 0; s < FZ_MAX_SLOTS; s++) {
     struct fz_slot *sl = &t->proc->slots[s];
 
-    if (sl->used && sl->map && (sl->prot & PROT_READ) && !pthread_mutex_trylock(&sl->map_lock))
+    if (sl->used && sl->map && (sl->prot & PROT_READ) && !pthread_mutex_trylock(&sl->map_lock)) {
+      locked[nmaps] = sl;
       maps[nmaps++] = sl->map;
+    }
   }
   UNLOCK(t);
   fz_trace(t, "fork", (uint64_t)nmaps, (uint64_t)mode, 0);
@@ -1273,19 +1276,8 @@ static void op_fork(struct fz_thread *t) {
   }
   fz_trace_result(t, pid);
   /* The child's address space is a snapshot taken by fork(): the maps may change now. */
-  LOCK(t);
-  for (s = 0; s < FZ_MAX_SLOTS; s++) {
-    struct fz_slot *sl = &t->proc->slots[s];
-    int i;
-
-    for (i = 0; i < nmaps; i++)
-      if (maps[i] == sl->map && sl->used) {
-        maps[i] = NULL;
-        pthread_mutex_unlock(&sl->map_lock);
-        break;
-      }
-  }
-  UNLOCK(t);
+  for (i = 0; i < nmaps; i++)
+    pthread_mutex_unlock(&locked[i]->map_lock);
   if (pid > 0) {
     if (mode) {
       usleep((useconds_t)fz_below(t, 20000));
