@@ -161,6 +161,12 @@ def test_unavailable_and_usage(tmp):
     else:
         check(len(gds) == 1 and gds[0]["status"] == "ok" and p.returncode == 0,
               f"gds either runs or says why not: {recs}")
+    # --device-addr is the phoenix engine's: host in the same call keeps its own pool.
+    p = subprocess.run([TOOL, "--trace", trace, "--engine", "host", "--device-addr", "0x100000",
+                        "--verify", "--file", kv], capture_output=True, text=True, timeout=60)
+    recs = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    check(p.returncode == 0 and recs and recs[0]["verified"] is True
+          and recs[0]["config"]["pool_memory"] == "host", f"host ignores --device-addr: {recs}")
     p, _ = run("--trace", trace, "--engine", "nosuch", "--file", kv, expect=64)
     check("unknown engine" in p.stderr, f"unknown engine message: {p.stderr}")
     p, _ = run("--trace", trace, "--block-size", "1000", "--file", kv, expect=64)

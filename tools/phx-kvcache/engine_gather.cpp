@@ -145,7 +145,13 @@ std::unique_ptr<Engine> make_gather_engine(const std::string &name, const Engine
   return std::make_unique<GatherEngine>(name, setup);
 }
 
-std::unique_ptr<Engine> make_engine(const std::string &name, const EngineSetup &setup) {
+std::unique_ptr<Engine> make_engine(const std::string &name, const EngineSetup &given) {
+  // --device-addr names device memory that only the phoenix engine can
+  // address; every other engine of the same run allocates its own pool.
+  EngineSetup setup = given;
+  if (name != "phoenix") {
+    setup.device_address.reset();
+  }
   if (name == "phoenix" || name == "compat" || name == "host" || name == "pinned") {
     return make_gather_engine(name, setup);
   }

@@ -154,9 +154,6 @@ class GdsEngine final : public Engine {
 }  // namespace
 
 std::unique_ptr<Engine> make_gds_engine(const EngineSetup &setup) {
-  if (setup.device_address) {
-    throw Unavailable("gds allocates its own pool; --device-addr is for the phoenix engine");
-  }
   return std::make_unique<GdsEngine>(setup);
 }
 

@@ -109,9 +109,6 @@ class PosixEngine final : public Engine {
 }  // namespace
 
 std::unique_ptr<Engine> make_posix_engine(const EngineSetup &setup) {
-  if (setup.device_address) {
-    throw Unavailable("posix allocates its own pool; --device-addr is for the phoenix engine");
-  }
   return std::make_unique<PosixEngine>(setup);
 }
 

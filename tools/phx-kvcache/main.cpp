@@ -111,7 +111,8 @@ int main(int argc, char **argv) {
       ->capture_default_str();
   app.add_option("--device-addr", o.device_addr,
                  "phoenix engine: use device addresses from ADDR (hex or decimal; a BAR offset "
-                 "with the pcibar provider) instead of allocating the pool");
+                 "with the pcibar provider) instead of allocating the pool; the other engines "
+                 "of the run allocate their own");
   app.add_option("--queue-depth", o.queue_depth, "io_uring entries (0: library default)")
       ->capture_default_str();
   app.add_option("--max-request", o.max_request,
