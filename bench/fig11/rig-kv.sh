@@ -2,6 +2,7 @@
 # phx-kvcache's phoenix engine (direct, libphoenix) against phxfs.ko's pcibar
 # provider: device 0's BAR from 1 MiB is the pool; every block verified.
 set -u
+# shellcheck disable=SC2086 # two BDFs, split on purpose
 set -- $PHX_PCIBAR_BDFS
 insmod /phx/phxfs.ko "pcibar=$1@2,$2@2" || exit 1
 dir=/mnt/ext4/phx/kv
