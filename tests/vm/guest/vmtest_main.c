@@ -20,6 +20,7 @@ int main(int argc, char **argv) {
     return vmtest_access();
   if (argc >= 3 && !strcmp(argv[1], "nvidia"))
     return vmtest_nvidia(argv[2]);
-  fprintf(stderr, "usage: phx-vmtest pcibar | many | access | nvidia persistent|legacy|missing|appeared\n");
+  fprintf(stderr,
+          "usage: phx-vmtest pcibar | many | access | nvidia persistent|legacy|missing|appeared\n");
   return 2;
 }
