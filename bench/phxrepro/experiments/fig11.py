@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """Fig 11: KV-cache block loading.  Four real traces of paged KV-cache
-block reads (../shared/data/kvcache-traces) replayed by phx-kvcache into a
+block reads (bench/data/kvcache-traces) replayed by phx-kvcache into a
 paged pool with block sizes of 8, 16 and 64 KiB, every block verified.
 Next to the engines asked for, the same access pattern read into pinned
 host memory ("pinned", the ceiling a GPU engine can approach) runs in the
@@ -37,7 +37,8 @@ def traces_dir() -> pathlib.Path:
     env = os.environ.get("PHX_KVCACHE_TRACES")
     if env:
         return pathlib.Path(env)
-    return pathlib.Path(__file__).resolve().parents[4] / "shared" / "data" / "kvcache-traces"
+    # A copy travels with the repository (bench/data/kvcache-traces).
+    return pathlib.Path(__file__).resolve().parents[2] / "data" / "kvcache-traces"
 
 
 def guest_files() -> dict:
