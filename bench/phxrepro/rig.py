@@ -80,10 +80,12 @@ def guest_script(planned: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def run_in_rig(root: pathlib.Path, kernel: str, planned: list[dict],
-               work: pathlib.Path) -> tuple[list[dict], dict]:
+def run_in_rig(root: pathlib.Path, kernel: str, planned: list[dict], work: pathlib.Path,
+               guest_files: dict | None = None) -> tuple[list[dict], dict]:
     """Boots the rig once for all planned commands; returns their outputs
-    (cmd, rc, stdout, stderr) in order and a description of the guest."""
+    (cmd, rc, stdout, stderr) in order and a description of the guest.
+    guest_files maps paths under /phx to host files the commands read
+    (an experiment's GUEST_FILES)."""
     kdir = subprocess.run([root / "vm" / "fetch-kernels", "--kernel", kernel, "--print-kdir"],
                           check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
     guest = work / "guest"
@@ -92,9 +94,14 @@ def run_in_rig(root: pathlib.Path, kernel: str, planned: list[dict],
     _run([root / "tests" / "vm" / "build-guest", kdir, guest], stdout=subprocess.DEVNULL, env=env)
     tools_build = root / "build" / "vm" / "tools"
     built = build_static_tools(root, tools_build)
-    (guest / "bin").mkdir(exist_ok=True)
+    shutil.rmtree(guest / "bin", ignore_errors=True)  # no tool left from an earlier build
+    (guest / "bin").mkdir()
     for tool in built:
         shutil.copy2(tools_build / "tools" / tool / tool, guest / "bin" / tool)
+    for rel, src in (guest_files or {}).items():
+        dest = guest / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dest)
     script = guest / "repro.sh"
     script.write_text(guest_script(planned), encoding="utf-8")
     script.chmod(0o755)
