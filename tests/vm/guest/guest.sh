@@ -171,5 +171,19 @@ if [ -x $here/phx-direct-test ]; then
 		rmmod phxfs
 	fi
 fi
+if [ -x $here/phx-gather-test ]; then
+	if load_pcibar; then
+		if $here/phx-gather-test >/tmp/gather.log 2>&1; then
+			result libphoenix/gather pass "$(tail -n 1 /tmp/gather.log | tr -d '"\\')"
+		else
+			result libphoenix/gather fail "$(grep -E 'FAILED|Failure' /tmp/gather.log | head -n 3 | tr -d '"\\' | tr '\n' ' ')"
+			cat /tmp/gather.log
+		fi
+		rmmod phxfs
+	fi
+fi
+
+# --- hardening: access control and the fuzzer (hardening.sh) -----------------
+$here/hardening.sh || failed=1
 
 exit $failed
