@@ -181,6 +181,13 @@ TEST_F(GpuTest, StreamOrderedGatherHoldsBackTheKernelAfterIt) {
   sum.fill(0);
   cudaStream_t stream = nullptr;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // CUDA loads a kernel at its first launch (lazy loading, the default since
+  // 12.2), and loading waits for the context's streams: the first launch of
+  // a kernel queued behind a stream-ordered read would wait for the read,
+  // which waits for the stream.  Load it first, as docs/kvcache.md tells users.
+  launch_checksum(sum.data(), 0, reinterpret_cast<unsigned long long *>(sum.data()), stream);
+  CUDA_OK(cudaStreamSynchronize(stream));
+  sum.fill(0);
   Gather gather(dev);
   GatherResult result;
   gather.read_on_stream(paged_blocks(file, reg, kBlock, blocks, slots), &result,
