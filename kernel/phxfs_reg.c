@@ -28,7 +28,7 @@
  */
 #define PHXFS_IDLE_PAGE_REFS 1
 
-/* Pages inserted per vm_insert_pages() call, bounding the time between resched points. */
+/* Pages a fault maps beyond the faulting one (2 MiB with 4 KiB pages). */
 #define PHXFS_INSERT_BATCH 512UL
 
 static void phxfs_reg_free(struct kref *ref)
@@ -119,8 +119,10 @@ static int phxfs_reg_wait_idle(struct phxfs_reg *reg, bool killable)
 
 /*
  * Zap every user PTE of the registration.  Taking map_lock after the state
- * left PINNED means an mmap or fault that raced with us has either finished
- * inserting (and is zapped here) or will see the new state.
+ * left PINNED means a fault that raced with us has either finished
+ * inserting (and is zapped here: a faulting VMA is in the mapping tree) or
+ * will see the new state.  ->mmap inserts nothing, so a VMA not yet linked
+ * has no PTEs to miss.
  */
 static void phxfs_reg_zap(struct phxfs_reg *reg)
 {
@@ -331,20 +333,36 @@ void phxfs_reg_revoke_end(struct phxfs_reg *reg)
  * Re-inserts a page whose PTE the process zapped itself (MADV_DONTNEED);
  * after a revocation the range is unbacked and faults raise SIGBUS.
  */
+/*
+ * Pages are inserted here, never in ->mmap: the mmap path links a new VMA
+ * into the file's mapping tree only after ->mmap returns, so PTEs made in
+ * ->mmap could escape a concurrent teardown's unmap_mapping_range() and
+ * keep the pages busy until the process unmapped them.  A fault runs on a
+ * VMA that is already linked, and checks the state under map_lock, which
+ * the teardown takes before zapping.  Each fault also maps up to
+ * PHXFS_INSERT_BATCH pages after the faulting one, so sequential I/O takes
+ * one fault per batch instead of one per page.
+ */
 static vm_fault_t phxfs_vm_fault(struct vm_fault *vmf)
 {
 	struct phxfs_reg *reg = vmf->vma->vm_private_data;
 	unsigned long index = vmf->pgoff - (unsigned long)reg->handle;
+	unsigned long addr = vmf->address & PAGE_MASK;
 	vm_fault_t ret = VM_FAULT_SIGBUS;
+	unsigned long ahead;
 	int err;
 
 	if (vmf->pgoff < reg->handle || index >= reg->npages)
 		return VM_FAULT_SIGBUS;
 	mutex_lock(&reg->map_lock);
 	if (atomic_read(&reg->state) == PHXFS_REG_PINNED) {
-		err = vm_insert_page(vmf->vma, vmf->address & PAGE_MASK,
-				     reg->pages[index]);
+		err = vm_insert_page(vmf->vma, addr, reg->pages[index]);
 		ret = (!err || err == -EBUSY) ? VM_FAULT_NOPAGE : vmf_error(err);
+		ahead = min(reg->npages - index - 1, PHXFS_INSERT_BATCH);
+		/* Best effort: stops at the first page already mapped. */
+		if (!err && ahead)
+			vm_insert_pages(vmf->vma, addr + PAGE_SIZE,
+					reg->pages + index + 1, &ahead);
 	}
 	mutex_unlock(&reg->map_lock);
 	return ret;
@@ -434,19 +452,20 @@ static const struct vm_operations_struct phxfs_vm_ops = {
 };
 
 /**
- * phxfs_reg_mmap() - insert a registration's pages into @vma.
+ * phxfs_reg_mmap() - map a registration into @vma.
  * @reg: registration, kept alive by the caller.
  * @vma: the new VMA; mmap_lock is held for writing by the mmap path.
  *
+ * The pages themselves are inserted by the fault handler (see
+ * phxfs_vm_fault() for why not here).
+ *
  * Return: 0; -EINVAL when the VMA is not shared or its size differs from
  * the registration; -EPERM for executable mappings; -EBUSY when the
- * registration is already mapped; -ENXIO when it was revoked; or the
- * -errno of vm_insert_pages() (the mmap path then unmaps what was inserted).
+ * registration is already mapped; -ENXIO when it was revoked.
  */
 int phxfs_reg_mmap(struct phxfs_reg *reg, struct vm_area_struct *vma)
 {
 	unsigned long size = vma->vm_end - vma->vm_start;
-	unsigned long done = 0;
 	int ret = 0;
 
 	if (size != reg->npages << PAGE_SHIFT || !(vma->vm_flags & VM_SHARED))
@@ -476,28 +495,6 @@ int phxfs_reg_mmap(struct phxfs_reg *reg, struct vm_area_struct *vma)
 	vma->vm_page_prot = pgprot_writecombine(vma->vm_page_prot);
 	vma->vm_ops = &phxfs_vm_ops;
 	vma->vm_private_data = reg;
-
-	while (done < reg->npages) {
-		unsigned long batch = min(reg->npages - done, PHXFS_INSERT_BATCH);
-		unsigned long left = batch;
-
-		ret = vm_insert_pages(vma, vma->vm_start + (done << PAGE_SHIFT),
-				      reg->pages + done, &left);
-		if (ret)
-			break;
-		if (left) {
-			ret = -EFAULT;
-			break;
-		}
-		done += batch;
-		cond_resched();
-	}
-	if (ret) {
-		atomic_set(&reg->map_count, 0);
-		vma->vm_private_data = NULL;
-		vma->vm_ops = NULL;
-		goto out;
-	}
 	kref_get(&reg->ref);
 	atomic_long_set(&reg->mapped_pages, reg->npages);
 	atomic64_add(reg->npages, &reg->dev->stats.pages_mapped);
