@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -52,6 +53,7 @@ struct Options {
   bool large = false;
   unsigned repeat = 10;
   std::string file;
+  std::optional<std::uint64_t> device_addr;  ///< phoenix: device addresses, not cudaMalloc
   bool json = false;
   bool quiet = false;
 };
@@ -95,12 +97,17 @@ class Recorder {
   const Options &options_;
 };
 
+// phoenix registers --device-addr's addresses when given; the others their own memory.
+std::optional<std::uint64_t> addresses(const Options &o, const EngineSpec &spec) {
+  return std::string_view(spec.name) == "phoenix" ? o.device_addr : std::nullopt;
+}
+
 // Table 1's steps, each repeated: the first repeat shows one-time costs
 // (a driver opened once per process, a file handle set up on first use).
 void table1(const Options &o, const EngineSpec &spec, phx::Engine engine, Recorder &rec) {
   std::vector<double> open_us, file_open_us, reg_us, first_read_us, read_us, dereg_us,
       file_close_us, close_us;
-  const phxbench::Memory memory(spec, o.device, kReadSize);
+  const phxbench::Memory memory(spec, o.device, kReadSize, addresses(o, spec));
   for (unsigned i = 0; i < o.repeat; ++i) {
     Clock::time_point t0 = Clock::now();
     std::optional<phx::Device> dev(phx::Device::open(o.device, engine));
@@ -151,7 +158,7 @@ void registration_sweep(const Options &o, const EngineSpec &spec, phx::Engine en
                         const std::vector<std::uint64_t> &sizes, Recorder &rec) {
   phx::Device dev = phx::Device::open(o.device, engine);
   for (const std::uint64_t size : sizes) {
-    const phxbench::Memory memory(spec, o.device, size);
+    const phxbench::Memory memory(spec, o.device, size, addresses(o, spec));
     std::vector<double> reg_us;
     std::vector<double> dereg_us;
     for (unsigned i = 0; i < o.repeat; ++i) {
@@ -197,11 +204,20 @@ int main(int argc, char **argv) {
       ->capture_default_str();
   app.add_option("-f,--file", o.file,
                  "File to read 64 KiB from (default: a scratch file in /var/tmp)");
+  std::string device_addr;
+  app.add_option("--device-addr", device_addr,
+                 "phoenix engine: register device addresses from ADDR on (0x hex, decimal or a "
+                 "size such as 192M) instead of GPU memory, for providers whose device addresses "
+                 "are not CUDA's, such as the rig's PCI BAR (BAR byte offsets)")
+      ->type_name("ADDR");
   app.add_flag("--json", o.json, "One JSON record per line on stdout (the table goes to stderr)");
   app.add_flag("--quiet", o.quiet, "No table");
   std::vector<std::uint64_t> sizes;
   try {
     app.parse(argc, argv);
+    if (!device_addr.empty()) {
+      o.device_addr = phxbench::parse_address(device_addr);
+    }
     for (const std::string &s : o.sizes) {
       sizes.push_back(phxbench::parse_size(s));
       if (sizes.back() == 0) {
@@ -241,7 +257,8 @@ int main(int argc, char **argv) {
         continue;
       }
       phx::Engine engine = phx::Engine::host;
-      if (const auto why = phxbench::unavailable_reason(spec, o.device, &engine)) {
+      if (const auto why = phxbench::unavailable_reason(spec, o.device, &engine,
+                                                        !addresses(o, spec).has_value())) {
         std::cerr << "phx-breakdown: not available: " << spec.name << " engine: " << *why << '\n';
         continue;
       }
