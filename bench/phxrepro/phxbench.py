@@ -31,6 +31,16 @@ def engines(ctx, table=PHXBENCH_ENGINES) -> list[str]:
     return [e for e in table if ctx.wants(e)]
 
 
+def queued_modes(engine: str, ring_mode: str) -> list[str]:
+    """The modes that keep several requests in flight for an engine: its
+    io_uring mode (async or batch) where its memory has a host view, and
+    stream-ordered I/O where it needs a GPU."""
+    modes = [ring_mode] if engine in RING_ENGINES else []
+    if engine in GPU_ENGINES:
+        modes.append("stream")
+    return modes
+
+
 def create_file(ctx, path: str, length: int) -> None:
     """Writes phxbench's verification pattern over [0, length) with the host
     engine (the pattern is a function of the offset, so every engine can

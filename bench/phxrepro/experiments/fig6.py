@@ -25,12 +25,7 @@ def run(ctx) -> list[dict]:
     phxbench.create_file(ctx, path, length)
     records = []
     for engine in phxbench.engines(ctx):
-        modes = []
-        if engine in phxbench.RING_ENGINES:
-            modes.append("async")
-        if engine in phxbench.GPU_ENGINES:
-            modes.append("stream")
-        for mode in modes:
+        for mode in phxbench.queued_modes(engine, "async"):
             for size in io_sizes:
                 records += phxbench.run(ctx, engine, path, meta={"point": size}, mode=mode,
                                         io_size=size, depth=DEPTH, length=length,

@@ -22,12 +22,7 @@ def run(ctx) -> list[dict]:
     phxbench.create_file(ctx, path, length)
     records = []
     for engine in phxbench.engines(ctx):
-        modes = []
-        if engine in phxbench.RING_ENGINES:
-            modes.append("batch")
-        if engine in phxbench.GPU_ENGINES:
-            modes.append("stream")
-        for mode in modes:
+        for mode in phxbench.queued_modes(engine, "batch"):
             for depth in batches:
                 records += phxbench.run(ctx, engine, path, meta={"point": depth}, mode=mode,
                                         io_size=4096, depth=depth, pattern="rand",
