@@ -145,21 +145,21 @@ std::unique_ptr<Engine> make_gather_engine(const std::string &name, const Engine
   return std::make_unique<GatherEngine>(name, setup);
 }
 
-std::unique_ptr<Engine> make_engine(const std::string &name, const EngineSetup &given) {
+std::unique_ptr<Engine> make_engine(const std::string &name, const EngineSetup &setup) {
   // --device-addr names device memory that only the phoenix engine can
   // address; every other engine of the same run allocates its own pool.
-  EngineSetup setup = given;
+  EngineSetup own = setup;
   if (name != "phoenix") {
-    setup.device_address.reset();
+    own.device_address.reset();
   }
   if (name == "phoenix" || name == "compat" || name == "host" || name == "pinned") {
-    return make_gather_engine(name, setup);
+    return make_gather_engine(name, own);
   }
   if (name == "posix") {
-    return make_posix_engine(setup);
+    return make_posix_engine(own);
   }
   if (name == "gds") {
-    return make_gds_engine(setup);
+    return make_gds_engine(own);
   }
   throw std::invalid_argument("unknown engine \"" + name +
                               "\" (phoenix, compat, gds, posix, host, pinned)");
