@@ -33,7 +33,9 @@ void expect_tensors(const st::LoadedCheckpoint &loaded,
     const st::LoadedTensor &t = loaded.at(name);
     EXPECT_EQ(t.memory, st::MemoryKind::host);
     ASSERT_EQ(t.info->size(), bytes.size()) << name;
-    EXPECT_EQ(std::memcmp(t.data, bytes.data(), bytes.size()), 0) << name;
+    if (!bytes.empty()) {  // an empty vector's data() may be null: memcmp's UB
+      EXPECT_EQ(std::memcmp(t.data, bytes.data(), bytes.size()), 0) << name;
+    }
     std::vector<std::byte> copy(bytes.size());
     st::copy_to_host(t, copy);
     EXPECT_EQ(copy, bytes) << name;
