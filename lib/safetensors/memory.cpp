@@ -176,6 +176,9 @@ void copy_to_host(const LoadedTensor &tensor, std::span<std::byte> dst) {
     detail::throw_errno(EINVAL, "tensor \"" + tensor.info->name + "\": " + std::to_string(size) +
                                     " bytes do not fit a buffer of " + std::to_string(dst.size()));
   }
+  if (size == 0) {  // an empty span's data() may be null: nothing to copy
+    return;
+  }
   if (tensor.memory == MemoryKind::host) {
     std::memcpy(dst.data(), tensor.data, size);
     return;
