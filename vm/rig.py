@@ -51,6 +51,62 @@ SERIES = {
 # no modprobe in the guest to load it on demand.
 GUEST_MODULES = ["nvme", "crc32c_generic", "ext4"]
 
+# Stock modules shipped in the initramfs but not loaded by /init: the guest's
+# busybox modprobe loads them on demand from a modules.dep/modules.alias cut
+# down to what is shipped (so do the kernel's request_module() calls, e.g.
+# "fs-nfs4" or "nvmet-transport-3").  The remote-storage group (NVMe over
+# Fabrics on TCP and Soft-RoCE, NFS on TCP and RDMA) needs them.
+GUEST_ON_DEMAND_MODULES = [
+    "configfs", "nvmet", "nvmet_tcp", "nvmet_rdma", "nvme_fabrics", "nvme_tcp", "nvme_rdma",
+    "nfsd", "nfs", "nfsv4", "rpcrdma", "rdma_rxe", "rdma_cm", "rdma_ucm", "ib_uverbs",
+    "dummy", "veth",
+    # rdma_rxe computes its ICRC with the crypto API's "crc32" (loaded on
+    # demand through the "crypto-crc32" alias).
+    "crc32_generic",
+    # Fault injection with dmsetup (device-mapper targets).
+    "dm_mod", "dm_flakey", "dm_delay", "dm_dust",
+]
+
+
+@dataclass(frozen=True)
+class GuestTool:
+    """A Debian userland program put into the initramfs with its libraries.
+
+    path is where the package has it; the guest gets it at the same path
+    (replacing a busybox applet of that name).  aliases: further guest paths,
+    symlinks to it (e.g. mount.nfs4).  data: files of the package the
+    program reads at run time (paths inside the package)."""
+    package: str
+    path: str
+    aliases: tuple[str, ...] = ()
+    data: tuple[str, ...] = ()
+
+
+# The one list of dynamically linked Debian programs the guest may run (the
+# guest's own programs under /phx must stay static).  vm/rig.py downloads
+# each package (apt-get download, never installed on the host) into
+# $PHX_VM_CACHE/userland, unpacks it there, and copies the program plus every
+# shared library it needs (DT_NEEDED, recursively; from the downloaded
+# packages first, else the host's /lib/x86_64-linux-gnu) and the dynamic
+# loader into the initramfs.  To add one: append a GuestTool here
+# (build/handoff/guest-userland.md).  PHX_VM_TOOLS=none leaves them all out.
+GUEST_TOOLS = [
+    GuestTool("nvme-cli", "usr/sbin/nvme"),
+    GuestTool("nfs-kernel-server", "usr/sbin/exportfs"),
+    GuestTool("nfs-kernel-server", "usr/sbin/rpc.mountd"),
+    GuestTool("nfs-kernel-server", "usr/sbin/rpc.nfsd"),
+    GuestTool("nfs-common", "sbin/mount.nfs", aliases=("sbin/mount.nfs4", "sbin/umount.nfs",
+                                                       "sbin/umount.nfs4")),
+    GuestTool("iproute2", "usr/bin/rdma"),
+    GuestTool("dmsetup", "sbin/dmsetup"),
+    # libtirpc reads /etc/netconfig to know its transports (mountd, mount.nfs).
+    GuestTool("libtirpc-common", "", data=("etc/netconfig",)),
+]
+# Where the guest's loader looks for libraries (Debian's multiarch default).
+GUEST_LIB_DIR = "lib/x86_64-linux-gnu"
+GUEST_LOADER = "lib64/ld-linux-x86-64.so.2"
+HOST_LIB_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu")
+
 RAW_SERIAL = "phxraw"
 EXT4_SERIAL = "phxext4"
 RAW_MIB = 256
@@ -544,6 +600,197 @@ class Cpio:
         return self.buf.getvalue()
 
 
+def elf_dynamic_info(path: Path) -> tuple[list[str], str | None]:
+    """(DT_NEEDED sonames, PT_INTERP) of a 64-bit little-endian ELF file."""
+    data = path.read_bytes()
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise RigError(f"{path}: not a 64-bit little-endian ELF")
+    phoff = struct.unpack_from("<Q", data, 32)[0]
+    phentsize, phnum = struct.unpack_from("<HH", data, 54)
+    loads, dynamic, interp = [], None, None
+    for i in range(phnum):
+        p_type, _, off, vaddr, _, filesz, _, _ = struct.unpack_from("<IIQQQQQQ", data,
+                                                                  phoff + i * phentsize)
+        if p_type == 1:
+            loads.append((vaddr, off, filesz))
+        elif p_type == 2:
+            dynamic = (off, filesz)
+        elif p_type == 3:
+            interp = data[off:off + filesz].rstrip(b"\0").decode()
+    if dynamic is None:
+        return [], interp
+
+    def file_offset(vaddr: int) -> int:
+        for start, off, size in loads:
+            if start <= vaddr < start + size:
+                return vaddr - start + off
+        raise RigError(f"{path}: address {vaddr:#x} is in no loaded segment")
+
+    needed, strtab = [], None
+    for pos in range(dynamic[0], dynamic[0] + dynamic[1], 16):
+        tag, val = struct.unpack_from("<qQ", data, pos)
+        if tag == 0:
+            break
+        if tag == 1:
+            needed.append(val)
+        elif tag == 5:
+            strtab = file_offset(val)
+    if needed and strtab is None:
+        raise RigError(f"{path}: DT_NEEDED without DT_STRTAB")
+    names = [data[strtab + n:data.index(b"\0", strtab + n)].decode() for n in needed]
+    return names, interp
+
+
+def userland_dir() -> Path:
+    return cache_dir() / "userland"
+
+
+def selected_tools() -> list[GuestTool]:
+    """GUEST_TOOLS, or none with PHX_VM_TOOLS=none."""
+    want = os.environ.get("PHX_VM_TOOLS", "all")
+    if want == "none":
+        return []
+    if want != "all":
+        raise RigError(f"PHX_VM_TOOLS={want!r}: use all or none")
+    return list(GUEST_TOOLS)
+
+
+def library_depends(pkg: str) -> list[str]:
+    """The library packages (lib*) among pkg's Depends and Pre-Depends (first
+    of each alternative, without versions or architecture qualifiers)."""
+    out = run_cmd(["apt-cache", "show", "--no-all-versions", pkg], what=f"apt-cache show {pkg}")
+    names = []
+    for fld in ("Pre-Depends", "Depends"):
+        m = re.search(rf"^{fld}: (.*)$", out, re.M)
+        for group in (m.group(1).split(",") if m else []):
+            name = group.split("|")[0].strip().split()[0].split(":")[0]
+            if name.startswith("lib") and name not in names:
+                names.append(name)
+    return names
+
+
+def fetch_userland(tools: list[GuestTool]) -> Path:
+    """Downloads the tools' packages and their library packages into
+    $PHX_VM_CACHE/userland/debs and unpacks them into .../root (once; a new
+    tool in GUEST_TOOLS fetches only what is missing).  Never installs."""
+    base = userland_dir()
+    debs, root, stamp = base / "debs", base / "root", base / "complete.json"
+    tool_pkgs = sorted({t.package for t in tools})
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RigError(f"cannot create the userland cache {base}: {e} (set PHX_VM_CACHE)") from e
+    with open(cache_dir() / ".lock", "w") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        with contextlib.suppress(OSError, ValueError):
+            data = json.loads(stamp.read_text())
+            if set(tool_pkgs) <= set(data["tool_packages"]) and root.is_dir():
+                return root
+        need_tools("apt-cache", "apt-get", "dpkg-deb")
+        packages = list(tool_pkgs)
+        for p in tool_pkgs:
+            packages += [d for d in library_depends(p) if d not in packages]
+        debs.mkdir(parents=True, exist_ok=True)
+        have = {p.name.split("_")[0]: p for p in debs.glob("*.deb")}
+        todo = [p for p in packages if p not in have]
+        if todo:
+            info(f"guest userland: downloading {' '.join(todo)}")
+            run_cmd(["apt-get", "download", *todo], cwd=debs,
+                    what="apt-get download (guest userland)")
+            have = {p.name.split("_")[0]: p for p in debs.glob("*.deb")}
+        missing = [p for p in packages if p not in have]
+        if missing:
+            raise RigError(f"apt-get download left no .deb for {' '.join(missing)}")
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir()
+        for p in packages:
+            run_cmd(["dpkg-deb", "-x", str(have[p]), str(root)], what=f"dpkg-deb -x {have[p].name}")
+        stamp.write_text(json.dumps({"tool_packages": tool_pkgs, "packages": packages},
+                                    indent=1) + "\n")
+        return root
+
+
+@dataclass
+class Userland:
+    """What the tools put into the initramfs: guest path -> host file, guest
+    path -> symlink target, and where each library came from."""
+    files: dict[str, Path] = field(default_factory=dict)
+    links: dict[str, str] = field(default_factory=dict)
+    origin: dict[str, str] = field(default_factory=dict)
+
+    def occupies(self, guest_path: str) -> bool:
+        return guest_path in self.files or guest_path in self.links
+
+
+def find_library(soname: str, roots: list[Path]) -> Path | None:
+    for d in roots:
+        p = d / soname
+        if p.exists():
+            return p.resolve()
+    return None
+
+
+def resolve_userland(tools: list[GuestTool], root: Path) -> Userland:
+    """The tools, their data files, every library they need (DT_NEEDED,
+    transitively) and the loader.  Libraries come from the unpacked
+    packages first, else from the host."""
+    u = Userland()
+    search = [root / "lib/x86_64-linux-gnu", root / "usr/lib/x86_64-linux-gnu",
+              *map(Path, HOST_LIB_DIRS)]
+    pending: list[tuple[str, Path]] = []
+    for t in tools:
+        for rel in ([t.path] if t.path else []) + list(t.data):
+            src = root / rel
+            if not src.is_file():
+                raise RigError(f"guest tool: {t.package} has no {rel} (see GUEST_TOOLS in vm/rig.py)")
+            u.files[rel] = src.resolve()
+            u.origin[rel] = f"package {t.package}"
+        if t.path:
+            kind = elf_kind(root / t.path)
+            if kind not in ("dynamic", "static"):
+                raise RigError(f"guest tool {t.path} of {t.package} is not an x86-64 program")
+            pending.append((t.path, root / t.path))
+        for alias in t.aliases:
+            u.links[alias] = "/" + t.path
+    interps: set[str] = set()
+    while pending:
+        who, path = pending.pop()
+        needed, interp = elf_dynamic_info(path)
+        if interp:
+            interps.add(interp)
+        for soname in needed:
+            dest = f"{GUEST_LIB_DIR}/{soname}"
+            if dest in u.files:
+                continue
+            src = find_library(soname, search)
+            if src is None:
+                raise RigError(f"guest tool: {soname} (needed by {who}) is neither in the "
+                               f"downloaded packages nor in {', '.join(HOST_LIB_DIRS)}: add its "
+                               "package to GUEST_TOOLS as a GuestTool with an empty path")
+            u.files[dest] = src
+            u.origin[dest] = ("package" if root in src.parents else "host") + f" {src}"
+            pending.append((soname, src))
+    for interp in sorted(interps):
+        name = Path(interp).name
+        src = find_library(name, search)
+        if src is None:
+            raise RigError(f"guest tool: the dynamic loader {interp} was not found")
+        dest = f"{GUEST_LIB_DIR}/{name}"
+        u.files[dest] = src
+        u.origin[dest] = ("package" if root in src.parents else "host") + f" {src}"
+        if interp.strip("/") != dest:
+            u.links[interp.strip("/")] = "/" + dest
+    return u
+
+
+def prepare_userland() -> Userland | None:
+    tools = selected_tools()
+    if not tools:
+        return None
+    return resolve_userland(tools, fetch_userland(tools))
+
+
+
 def busybox_path() -> Path:
     for p in ("/bin/busybox", "/usr/bin/busybox"):
         if Path(p).is_file() and elf_kind(Path(p)) == "static":
@@ -565,7 +812,35 @@ def check_guest_dir(guest: Path, entry: str) -> None:
                        + ", ".join(sorted(dynamic)))
 
 
-def build_initramfs(k: Kernel, guest: Path | None, out: Path, config: dict[str, str]) -> None:
+def on_demand_modules(k: Kernel, loaded: list[Path]) -> list[Path]:
+    """GUEST_ON_DEMAND_MODULES and their dependencies, less what /init loads
+    (and less any this kernel lacks, which modprobe then reports)."""
+    have = {re.sub(r"\.ko(\.xz|\.gz|\.zst)?$", "", line.split(":", 1)[0].rsplit("/", 1)[-1])
+            .replace("-", "_") for line in (k.moddir / "modules.dep").read_text().splitlines()}
+    wanted = [m for m in GUEST_ON_DEMAND_MODULES if m.replace("-", "_") in have]
+    return [m for m in module_load_order(k, wanted) if m not in loaded]
+
+
+def module_index(k: Kernel, shipped: list[Path]) -> tuple[str, str]:
+    """modules.dep and modules.alias for busybox modprobe, limited to the
+    shipped (flat, decompressed) modules."""
+    flat = {str(m.relative_to(k.moddir)): re.sub(r"\.(xz|gz)$", "", m.name) for m in shipped}
+    dep_lines = []
+    for line in (k.moddir / "modules.dep").read_text().splitlines():
+        mod, _, rest = line.partition(":")
+        if mod in flat:
+            deps = [flat[d] for d in rest.split() if d in flat]
+            dep_lines.append(f"{flat[mod]}: {' '.join(deps)}".rstrip())
+    names = {n.removesuffix(".ko").replace("-", "_") for n in flat.values()}
+    alias_file = k.moddir / "modules.alias"
+    aliases = [ln for ln in (alias_file.read_text().splitlines() if alias_file.is_file() else [])
+               if ln.startswith("alias ") and len(ln.split()) == 3
+               and ln.split()[2].replace("-", "_") in names]
+    return "\n".join(dep_lines) + "\n", "\n".join(aliases) + "\n"
+
+
+def build_initramfs(k: Kernel, guest: Path | None, out: Path, config: dict[str, str],
+                    userland: Userland | None = None) -> None:
     bb = busybox_path()
     c = Cpio()
     for d in ("bin", "sbin", "usr/bin", "usr/sbin", "dev", "proc", "sys", "tmp",
@@ -576,15 +851,27 @@ def build_initramfs(k: Kernel, guest: Path | None, out: Path, config: dict[str, 
     c.file("bin/busybox", bb.read_bytes(), 0o755)
     applets = run_cmd([str(bb), "--list-full"], what="busybox --list-full").split()
     for a in sorted(set(applets)):
-        if a != "bin/busybox":
+        # A declared Debian tool of the same path replaces the applet.
+        if a != "bin/busybox" and not (userland and userland.occupies(a)):
             c.symlink(a, "/bin/busybox")
+    if userland is not None:
+        for dest, src in sorted(userland.files.items()):
+            c.file(dest, src.read_bytes(), stat.S_IMODE(src.stat().st_mode))
+        for dest, target in sorted(userland.links.items()):
+            c.symlink(dest, target)
     c.file("init", (VM_DIR / "init").read_bytes(), 0o755)
     mods = []
-    for m in module_load_order(k, GUEST_MODULES + os.environ.get("PHX_VM_MODULES", "").split()):
+    loaded = module_load_order(k, GUEST_MODULES + os.environ.get("PHX_VM_MODULES", "").split())
+    extra = on_demand_modules(k, loaded)
+    for m in loaded + extra:
         name = re.sub(r"\.(xz|gz)$", "", m.name)
         dest = f"lib/modules/{k.release}/{name}"
         c.file(dest, module_bytes(m))
-        mods.append("/" + dest)
+        if m in loaded:
+            mods.append("/" + dest)
+    dep, alias = module_index(k, loaded + extra)
+    c.file(f"lib/modules/{k.release}/modules.dep", dep.encode())
+    c.file(f"lib/modules/{k.release}/modules.alias", alias.encode())
     c.file("etc/phx/modules", ("\n".join(mods) + "\n").encode())
     c.file("etc/phx/config", "".join(f"{key}={shlex.quote(v)}\n"
                                      for key, v in config.items()).encode())
@@ -1055,11 +1342,15 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
         check_guest_dir(guest, entry)
     t0 = time.monotonic()
     initrd = work / "initramfs.cpio"
+    userland = prepare_userland()
+    (work / "guest-userland.json").write_text(json.dumps(
+        userland.origin if userland else {}, indent=1, sort_keys=True) + "\n")
     build_initramfs(k, guest, initrd, {
         "PHX_ENTRY": args.entry, "PHX_ONLY": args.only or "", "PHX_WAIT_S": "60",
         "PHX_RAW_SERIAL": RAW_SERIAL, "PHX_EXT4_SERIAL": EXT4_SERIAL,
         "PHX_NSHM": str(NSHM), "PHX_MODE": "shell" if args.shell else "run",
-        **guest_vars()})
+        "PHX_TOOLS": " ".join(t.path for t in (selected_tools() if userland else []) if t.path),
+        **guest_vars()}, userland)
     make_raw_image(work / "raw.img", env_mib("PHX_VM_RAW_MIB", RAW_MIB))
     make_ext4_image(work / "ext4.img", env_mib("PHX_VM_EXT4_MIB", EXT4_MIB))
     tag = f"{os.getpid()}-{re.sub(r'[^A-Za-z0-9.]', '_', k.release)}"

@@ -101,6 +101,74 @@ class ModuleOrder(unittest.TestCase):
                 rig.module_load_order(k, ["nonexistent"])
 
 
+class ModuleIndex(unittest.TestCase):
+    def test_dep_and_alias_cut_to_shipped(self):
+        with tempfile.TemporaryDirectory() as d:
+            k = rig.Kernel("6.12", "9.9.9-test", Path(d), [])
+            k.moddir.mkdir(parents=True)
+            (k.moddir / "modules.dep").write_text(
+                "kernel/drivers/nvme/target/nvmet-tcp.ko.xz: kernel/drivers/nvme/target/nvmet.ko.xz"
+                " kernel/fs/configfs/configfs.ko.xz\n"
+                "kernel/drivers/nvme/target/nvmet.ko.xz: kernel/fs/configfs/configfs.ko.xz\n"
+                "kernel/fs/configfs/configfs.ko.xz:\n"
+                "kernel/fs/nfsd/nfsd.ko.xz:\n")
+            (k.moddir / "modules.alias").write_text(
+                "# Aliases extracted from modules themselves.\n"
+                "alias nvmet-transport-3 nvmet_tcp\n"
+                "alias fs-nfsd nfsd\n")
+            (k.moddir / "modules.builtin").write_text("")
+            shipped = rig.module_load_order(k, ["nvmet_tcp"])
+            dep, alias = rig.module_index(k, shipped)
+            self.assertEqual(dep.splitlines(), ["nvmet-tcp.ko: nvmet.ko configfs.ko",
+                                                "nvmet.ko: configfs.ko", "configfs.ko:"])
+            self.assertEqual(alias.splitlines(), ["alias nvmet-transport-3 nvmet_tcp"])
+
+
+class GuestUserland(unittest.TestCase):
+    def test_dynamic_info_of_a_host_program(self):
+        # Any dynamically linked host program: libc and the x86-64 loader.
+        prog = Path(shutil.which("ls") or "/bin/ls").resolve()
+        needed, interp = rig.elf_dynamic_info(prog)
+        self.assertIn("libc.so.6", needed)
+        self.assertEqual(interp, "/lib64/ld-linux-x86-64.so.2")
+        self.assertEqual(rig.elf_dynamic_info(rig.busybox_path()), ([], None))
+
+    def test_resolve_copies_libraries_and_loader(self):
+        with tempfile.TemporaryDirectory() as d:
+            root = Path(d)
+            (root / "usr/bin").mkdir(parents=True)
+            shutil.copy2(Path(shutil.which("ls") or "/bin/ls").resolve(), root / "usr/bin/tool")
+            (root / "etc").mkdir()
+            (root / "etc/tool.conf").write_text("x\n")
+            tools = [rig.GuestTool("pkg", "usr/bin/tool", aliases=("bin/tool2",),
+                                   data=("etc/tool.conf",))]
+            u = rig.resolve_userland(tools, root)
+            self.assertIn("usr/bin/tool", u.files)
+            self.assertIn("etc/tool.conf", u.files)
+            self.assertIn(f"{rig.GUEST_LIB_DIR}/libc.so.6", u.files)
+            self.assertIn(f"{rig.GUEST_LIB_DIR}/ld-linux-x86-64.so.2", u.files)
+            self.assertEqual(u.links["bin/tool2"], "/usr/bin/tool")
+            self.assertEqual(u.links["lib64/ld-linux-x86-64.so.2"],
+                             f"/{rig.GUEST_LIB_DIR}/ld-linux-x86-64.so.2")
+            self.assertTrue(u.occupies("bin/tool2"))
+            with self.assertRaisesRegex(rig.RigError, "has no usr/bin/missing"):
+                rig.resolve_userland([rig.GuestTool("pkg", "usr/bin/missing")], root)
+
+    def test_tools_can_be_left_out(self):
+        old = os.environ.get("PHX_VM_TOOLS")
+        try:
+            os.environ["PHX_VM_TOOLS"] = "none"
+            self.assertEqual(rig.selected_tools(), [])
+            os.environ["PHX_VM_TOOLS"] = "bogus"
+            with self.assertRaises(rig.RigError):
+                rig.selected_tools()
+        finally:
+            if old is None:
+                os.environ.pop("PHX_VM_TOOLS", None)
+            else:
+                os.environ["PHX_VM_TOOLS"] = old
+
+
 class KernelLogScan(unittest.TestCase):
     def test_patterns(self):
         lines = [
