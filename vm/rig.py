@@ -101,6 +101,8 @@ GUEST_TOOLS = [
     GuestTool("dmsetup", "sbin/dmsetup"),
     # libtirpc reads /etc/netconfig to know its transports (mountd, mount.nfs).
     GuestTool("libtirpc-common", "", data=("etc/netconfig",)),
+    # mount.nfs looks its transport up with getprotobyname("tcp").
+    GuestTool("netbase", "", data=("etc/protocols", "etc/services")),
 ]
 # Where the guest's loader looks for libraries (Debian's multiarch default).
 GUEST_LIB_DIR = "lib/x86_64-linux-gnu"
