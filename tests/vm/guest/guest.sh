@@ -10,6 +10,11 @@ vmtest=$here/phx-vmtest
 report=${PHX_REPORT:-/dev/stdout}
 failed=0
 
+# --only 'remote/*' (vm/run): the remote-storage group alone.
+case "${PHX_ONLY:-}" in
+remote/*) exec $here/remote.sh ;;
+esac
+
 # shellcheck disable=SC2086
 set -- $PHX_PCIBAR_BDFS
 if [ $# -lt 2 ]; then
@@ -185,5 +190,10 @@ fi
 
 # --- hardening: access control and the fuzzer (hardening.sh) -----------------
 $here/hardening.sh || failed=1
+
+# --- remote storage: NVMe-oF and NFS on loopback (remote.sh) -----------------
+if [ -x $here/remote.sh ]; then
+	$here/remote.sh || failed=1
+fi
 
 exit $failed
