@@ -231,6 +231,21 @@ const GatherOptions &Gather::options() const {
   return impl().options();
 }
 
+void Gather::prepare() {
+  detail::Gatherer &g = impl();
+  check_not_in_callback(g);
+  std::promise<void> ready;
+  std::future<void> done = ready.get_future();
+  g.post([&ready](detail::GatherMover *mover, const std::exception_ptr &error) {
+    if (mover == nullptr) {
+      ready.set_exception(error);
+    } else {
+      ready.set_value();
+    }
+  });
+  done.get();
+}
+
 GatherResult Gather::read(std::span<const GatherEntry> entries) {
   check_not_in_callback(impl());
   return start(impl(), Direction::read, {entries.begin(), entries.end()}).get();

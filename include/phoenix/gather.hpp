@@ -101,6 +101,15 @@ class PHX_EXPORT Gather {
   /// The options in force (defaults resolved).  Throws EINVAL when moved from.
   [[nodiscard]] const GatherOptions &options() const;
 
+  /// Sets up now what the first operation would otherwise set up (the
+  /// thread, the io_uring and, for compat, the pinned staging, the stream
+  /// and its events: tens of milliseconds), so that a server pays for it at
+  /// start-up rather than on its first request.  Waits for the operations
+  /// already started.  Throws std::system_error with what kept the set-up
+  /// from succeeding (ENOTSUP: compat without CUDA; io_uring's errors;
+  /// ENOMEM); EDEADLK from a callback of this Gather.
+  void prepare();
+
   /// Reads every entry.  Per-entry failures are in the result; throws
   /// std::system_error only when the whole operation cannot run (EINVAL: an
   /// entry without file or registration, or outside its registration;

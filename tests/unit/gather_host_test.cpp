@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <ostream>
 #include <random>
@@ -310,6 +311,58 @@ TEST(GatherHost, MalformedEntriesAreRejectedBeforeAnyIo) {
   EXPECT_THROW((void)paged_blocks(file, reg, 4096, one, two), std::system_error);
   const std::vector<std::uint64_t> outside = {2};
   EXPECT_THROW((void)paged_blocks(file, reg, 4096, one, outside), std::system_error);
+}
+
+TEST(GatherHost, PrepareWaitsForEarlierOperationsAndLaterOnesStillRun) {
+  constexpr std::size_t kBlock = 8192;
+  TempDir dir;
+  test::write_pattern_file(dir / "kv", 16 * kBlock, kSeed);
+  File file(dir / "kv", O_RDONLY);
+  auto dev = Device::open(0, Engine::host);
+  AlignedBuffer mem(16 * kBlock);
+  auto pool = dev.register_memory(mem.data(), mem.size());
+  std::vector<std::uint64_t> first(8);
+  std::vector<std::uint64_t> second(8);
+  std::vector<std::uint64_t> first_slots(8);
+  std::vector<std::uint64_t> second_slots(8);
+  for (std::size_t i = 0; i < 8; ++i) {
+    first[i] = 15 - i;
+    second[i] = i;
+    first_slots[i] = i;
+    second_slots[i] = 8 + i;
+  }
+  Gather gather(dev, {.queue_depth = 4});
+  gather.prepare();  // on a fresh Gather: sets up the ring alone
+  std::future<GatherResult> pending =
+      gather.read_async(paged_blocks(file, pool, kBlock, first, first_slots));
+  gather.prepare();  // queued behind the read: returns after it
+  ASSERT_EQ(pending.wait_for(std::chrono::seconds(0)), std::future_status::ready);
+  EXPECT_TRUE(pending.get().ok());
+  const GatherResult r = gather.read(paged_blocks(file, pool, kBlock, second, second_slots));
+  EXPECT_TRUE(r.ok());
+  std::vector<std::uint64_t> all = first;
+  all.insert(all.end(), second.begin(), second.end());
+  expect_slots_hold(mem, kBlock, all);
+}
+
+TEST(GatherHost, PrepareFromACallbackIsEdeadlk) {
+  TempDir dir;
+  test::write_pattern_file(dir / "kv", 4096, kSeed);
+  File file(dir / "kv", O_RDONLY);
+  auto dev = Device::open(0, Engine::host);
+  AlignedBuffer mem(4096);
+  auto reg = dev.register_memory(mem.data(), mem.size());
+  Gather gather(dev);
+  std::promise<int> inner;
+  gather.read_async({{&file, &reg, 0, 0, 4096}}, [&](const GatherResult &) {
+    try {
+      gather.prepare();
+      inner.set_value(0);
+    } catch (const std::system_error &err) {
+      inner.set_value(err.code().value());
+    }
+  });
+  EXPECT_EQ(inner.get_future().get(), EDEADLK);
 }
 
 TEST(GatherHost, StreamOrderedWithoutCudaIsEnotsup) {
