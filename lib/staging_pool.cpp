@@ -14,16 +14,32 @@ PinnedBuffer::PinnedBuffer(std::size_t size) {
   if (d == nullptr) {
     throw_errno(ENODEV, cuda::unavailable_reason());
   }
+  // cuMemHostAlloc needs a current context; the host engine's loads have none.
+  const cuda::ScopedContext scope(cuda::any_context());
   void *p = nullptr;
   cuda::check(d->MemHostAlloc(&p, size, cuda::kMemHostAllocPortable), "cuMemHostAlloc");
   data_ = static_cast<std::byte *>(p);
   size_ = size;
 }
 
-PinnedBuffer::~PinnedBuffer() {
-  if (data_ != nullptr) {
-    (void)cuda::driver()->MemFreeHost(data_);
+namespace {
+
+void free_pinned(std::byte *data) noexcept {
+  if (data == nullptr) {
+    return;
   }
+  try {
+    const cuda::ScopedContext scope(cuda::any_context());
+    (void)cuda::driver()->MemFreeHost(data);
+  } catch (...) {
+    // No context can be made current: the memory goes with the process.
+  }
+}
+
+}  // namespace
+
+PinnedBuffer::~PinnedBuffer() {
+  free_pinned(data_);
 }
 
 PinnedBuffer::PinnedBuffer(PinnedBuffer &&other) noexcept
@@ -31,9 +47,7 @@ PinnedBuffer::PinnedBuffer(PinnedBuffer &&other) noexcept
 
 PinnedBuffer &PinnedBuffer::operator=(PinnedBuffer &&other) noexcept {
   if (this != &other) {
-    if (data_ != nullptr) {
-      (void)cuda::driver()->MemFreeHost(data_);
-    }
+    free_pinned(data_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
   }

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <cerrno>
+#include <chrono>
 #include <system_error>
 
 #include "config.hpp"
@@ -55,6 +56,7 @@ Loaded load() {
       resolve(library, "cuCtxPushCurrent_v2", d.CtxPushCurrent, missing) &&
       resolve(library, "cuCtxPopCurrent_v2", d.CtxPopCurrent, missing) &&
       resolve(library, "cuCtxSetCurrent", d.CtxSetCurrent, missing) &&
+      resolve(library, "cuCtxGetCurrent", d.CtxGetCurrent, missing) &&
       resolve(library, "cuPointerGetAttribute", d.PointerGetAttribute, missing) &&
       resolve(library, "cuPointerSetAttribute", d.PointerSetAttribute, missing) &&
       resolve(library, "cuMemHostAlloc", d.MemHostAlloc, missing) &&
@@ -72,6 +74,7 @@ Loaded load() {
       resolve(library, "cuEventDestroy_v2", d.EventDestroy, missing) &&
       resolve(library, "cuEventRecord", d.EventRecord, missing) &&
       resolve(library, "cuEventSynchronize", d.EventSynchronize, missing) &&
+      resolve(library, "cuEventQuery", d.EventQuery, missing) &&
       resolve(library, "cuMemcpyHtoDAsync_v2", d.MemcpyHtoDAsync, missing) &&
       resolve(library, "cuMemcpyDtoHAsync_v2", d.MemcpyDtoHAsync, missing);
   if (!all) {
@@ -150,6 +153,41 @@ void check(CUresult result, const char *call) {
   if (result != kSuccess) {
     throw std::system_error(to_errno(result), std::system_category(), error_text(call, result));
   }
+}
+
+CUresult wait_event(CUevent event, unsigned spin_us) noexcept {
+  const Driver *d = driver();
+  if (d == nullptr) {
+    return kErrorNoDevice;
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+  do {
+    const CUresult r = d->EventQuery(event);
+    if (r != kErrorNotReady) {
+      return r;
+    }
+  } while (std::chrono::steady_clock::now() < until);
+  return d->EventSynchronize(event);
+}
+
+CUcontext any_context() {
+  const Driver *d = driver();
+  if (d == nullptr) {
+    throw std::system_error(ENODEV, std::system_category(), unavailable_reason());
+  }
+  CUcontext current = nullptr;
+  if (d->CtxGetCurrent(&current) == kSuccess && current != nullptr) {
+    return current;
+  }
+  // Never released: memory allocated in it may live until exit.
+  static const CUcontext fallback = [d] {
+    CUdevice device = 0;
+    check(d->DeviceGet(&device, 0), "cuDeviceGet(0)");
+    CUcontext context = nullptr;
+    check(d->DevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain(0)");
+    return context;
+  }();
+  return fallback;
 }
 
 ScopedContext::ScopedContext(CUcontext context) {

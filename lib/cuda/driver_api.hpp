@@ -69,6 +69,7 @@ struct Driver {
   CUresult (*CtxPushCurrent)(CUcontext) = nullptr;          // cuCtxPushCurrent_v2
   CUresult (*CtxPopCurrent)(CUcontext *) = nullptr;         // cuCtxPopCurrent_v2
   CUresult (*CtxSetCurrent)(CUcontext) = nullptr;           // cuCtxSetCurrent
+  CUresult (*CtxGetCurrent)(CUcontext *) = nullptr;         // cuCtxGetCurrent
   CUresult (*PointerGetAttribute)(void *, int, CUdeviceptr) = nullptr;
   CUresult (*PointerSetAttribute)(const void *, int, CUdeviceptr) = nullptr;
   CUresult (*MemHostAlloc)(void **, std::size_t, unsigned) = nullptr;              // cuMemHostAlloc
@@ -86,6 +87,7 @@ struct Driver {
   CUresult (*EventDestroy)(CUevent) = nullptr;                       // cuEventDestroy_v2
   CUresult (*EventRecord)(CUevent, CUstream) = nullptr;              // cuEventRecord
   CUresult (*EventSynchronize)(CUevent) = nullptr;                   // cuEventSynchronize
+  CUresult (*EventQuery)(CUevent) = nullptr;                         // cuEventQuery
   CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void *, std::size_t, CUstream) = nullptr;  // _v2
   CUresult (*MemcpyDtoHAsync)(void *, CUdeviceptr, std::size_t, CUstream) = nullptr;        // _v2
 };
@@ -103,6 +105,20 @@ struct Driver {
 
 /// Throws std::system_error(to_errno) with error_text unless @p result is success.
 void check(CUresult result, const char *call);
+
+/// A context for calls that need one but belong to no GPU (pinned host
+/// allocations of the host engine): the calling thread's current context,
+/// else CUDA device 0's primary context, retained once for the life of the
+/// process (portable pinned memory outlives no context it was made in).
+/// Throws std::system_error when there is no GPU.
+[[nodiscard]] CUcontext any_context();
+
+/// Waits for @p event: polls it for up to @p spin_us microseconds, then
+/// blocks in cuEventSynchronize.  Events made with kEventBlockingSync
+/// sleep until the GPU's interrupt wakes the thread, tens of microseconds
+/// after a small copy is done; polling first keeps that off every small
+/// transfer while a long copy still leaves the core idle.
+[[nodiscard]] CUresult wait_event(CUevent event, unsigned spin_us = 200) noexcept;
 
 /// Makes a context current for a scope and restores the previous one.
 class ScopedContext {

@@ -5,6 +5,8 @@
 #include <cuda.h>
 #include <gtest/gtest.h>
 
+#include <string>
+#include <tuple>
 #include <type_traits>
 
 #include "cuda/driver_api.hpp"
@@ -39,6 +41,19 @@ static_assert(std::is_same_v<cu::CUstream, CUstream>);
 static_assert(std::is_same_v<cu::CUcontext, CUcontext>);
 static_assert(std::is_same_v<cu::CUevent, CUevent>);
 static_assert(sizeof(cu::CUresult) == sizeof(CUresult));
+// The entry points the table resolves by name, against their prototypes:
+// the same parameters (our CUresult is an int where cuda.h has an enum).
+template <class Ours, class Theirs>
+struct SameParameters : std::false_type {};
+template <class R1, class R2, class... A1, class... A2>
+struct SameParameters<R1 (*)(A1...), R2 (*)(A2...)>
+    : std::bool_constant<std::is_same_v<std::tuple<A1...>, std::tuple<A2...>> &&
+                         sizeof(R1) == sizeof(R2)> {};
+static_assert(SameParameters<decltype(cu::Driver::CtxGetCurrent), decltype(&cuCtxGetCurrent)>{});
+static_assert(SameParameters<decltype(cu::Driver::EventQuery), decltype(&cuEventQuery)>{});
+static_assert(
+    SameParameters<decltype(cu::Driver::EventSynchronize), decltype(&cuEventSynchronize)>{});
+static_assert(SameParameters<decltype(cu::Driver::MemHostAlloc), decltype(&cuMemHostAlloc)>{});
 static_assert(sizeof(cu::CUdevice) == sizeof(CUdevice));
 
 TEST(CudaAbi, DriverLoadsOrSaysWhyNot) {

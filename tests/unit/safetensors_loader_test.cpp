@@ -8,10 +8,15 @@
 #include <map>
 #include <string>
 #include <system_error>
+#include <thread>
 
+#include "phoenix/config.h"
 #include "phoenix/safetensors.hpp"
 #include "safetensors_test_files.hpp"
 #include "test_support.hpp"
+#if PHX_WITH_CUDA
+#include "cuda/driver_api.hpp"
+#endif
 
 namespace st = phx::safetensors;
 using phx::test::TestTensor;
@@ -176,6 +181,33 @@ TEST(SafetensorsLoader, LoaderKeepsDevicesAcrossLoadsAndWarmsUp) {
   expect_tensors(*first, by_name(tensors));
   expect_tensors(*second, by_name(tensors));
   EXPECT_NE(first->at("w").data, second->at("w").data);
+}
+
+// Pinned host memory on a thread with no CUDA context current (the host
+// engine makes none): the ceiling phx-load --pinned measures.
+TEST(SafetensorsLoader, PinnedHostLoadNeedsNoCurrentContext) {
+  const phx::test::TempDir dir;
+  const std::vector<TestTensor> tensors = {{"a", "U8", {5000}, phx::test::tensor_bytes(5000, 7)},
+                                           {"b", "F32", {64, 3}, phx::test::tensor_bytes(768, 8)}};
+  (void)phx::test::write_safetensors(dir / "m.safetensors", tensors);
+  st::LoadOptions o = host_options();
+  o.pinned_host = true;
+  bool have_cuda = false;
+#if PHX_WITH_CUDA
+  have_cuda = phx::detail::cuda::driver() != nullptr;
+#endif
+  std::thread fresh([&] {
+    try {
+      st::Loader loader(o);
+      const auto loaded = loader.load(st::open_checkpoint(dir / "m.safetensors"));
+      EXPECT_TRUE(have_cuda) << "pinned memory without a CUDA driver";
+      expect_tensors(*loaded, by_name(tensors));
+    } catch (const std::system_error &e) {
+      EXPECT_FALSE(have_cuda) << e.what();
+      EXPECT_TRUE(e.code().value() == ENODEV || e.code().value() == ENOTSUP) << e.what();
+    }
+  });
+  fresh.join();
 }
 
 TEST(SafetensorsLoader, FileShrunkAfterOpeningIsAnError) {
