@@ -109,6 +109,17 @@ CopyPool::CopyPool(std::shared_ptr<const cuda::Gpu> gpu, CopyPoolConfig config)
       }
     }
   }
+  {
+    const cuda::ScopedContext scope(gpu_->context());
+    lanes_.resize(kInlineLanes);
+    for (Lane &lane : lanes_) {
+      lane.buffer = PinnedBuffer(kInlineBytes);
+      cuda::check(d.StreamCreate(&lane.stream, cuda::kStreamNonBlocking), "cuStreamCreate");
+      cuda::check(d.EventCreate(&lane.event, cuda::kEventBlockingSync | cuda::kEventDisableTiming),
+                  "cuEventCreate");
+      free_lanes_.push_back(&lane);
+    }
+  }
   threads_.reserve(config_.threads);
   for (std::size_t i = 0; i < config_.threads; ++i) {
     threads_.emplace_back([this, r = std::move(resources[i])]() mutable {
@@ -126,6 +137,81 @@ CopyPool::~CopyPool() {
   for (auto &t : threads_) {
     t.join();
   }
+  const cuda::Driver &d = *cuda::driver();
+  const cuda::ScopedContext scope(gpu_->context());
+  for (Lane &lane : lanes_) {
+    if (lane.event != nullptr) {
+      (void)d.EventDestroy(lane.event);
+    }
+    if (lane.stream != nullptr) {
+      (void)d.StreamDestroy(lane.stream);
+    }
+  }
+}
+
+CopyPool::Lane *CopyPool::take_lane() noexcept {
+  const std::lock_guard lock(lanes_mutex_);
+  if (free_lanes_.empty()) {
+    return nullptr;
+  }
+  Lane *lane = free_lanes_.back();
+  free_lanes_.pop_back();
+  return lane;
+}
+
+void CopyPool::give_lane(Lane *lane) noexcept {
+  const std::lock_guard lock(lanes_mutex_);
+  free_lanes_.push_back(lane);  // capacity reserved: lanes_ never grows
+}
+
+TransferResult CopyPool::run_inline(Lane &lane, Direction dir, int fd, std::uintptr_t device,
+                                    std::size_t size, std::uint64_t file_offset,
+                                    const IoPolicy &policy) noexcept {
+  const cuda::Driver &d = *cuda::driver();
+  const auto failed = [](TransferResult r, cuda::CUresult c, const char *call) {
+    r.error = cuda::to_errno(c);
+    try {
+      r.detail = cuda::error_text(call, c);
+    } catch (...) {
+    }
+    return r;
+  };
+  TransferResult result;
+  try {
+    const cuda::ScopedContext scope(gpu_->context());
+    if (dir == Direction::read) {
+      result = transfer(Direction::read, fd, lane.buffer.data(), size, file_offset, policy);
+      if (result.done == 0) {
+        return result;
+      }
+      if (const cuda::CUresult c =
+              d.MemcpyHtoDAsync(device, lane.buffer.data(), result.done, lane.stream);
+          c != cuda::kSuccess) {
+        return failed({}, c, "cuMemcpyHtoDAsync");
+      }
+    } else if (const cuda::CUresult c =
+                   d.MemcpyDtoHAsync(lane.buffer.data(), device, size, lane.stream);
+               c != cuda::kSuccess) {
+      return failed({}, c, "cuMemcpyDtoHAsync");
+    }
+    if (const cuda::CUresult c = d.EventRecord(lane.event, lane.stream); c != cuda::kSuccess) {
+      (void)d.StreamSynchronize(lane.stream);
+      return failed({}, c, "cuEventRecord");
+    }
+    if (const cuda::CUresult c = cuda::wait_event(lane.event); c != cuda::kSuccess) {
+      return failed({}, c, "cuEventSynchronize");
+    }
+    if (dir == Direction::write) {
+      result = transfer(Direction::write, fd, lane.buffer.data(), size, file_offset, policy);
+    }
+  } catch (const std::system_error &e) {
+    result = {};
+    result.error = e.code().value();
+  } catch (...) {
+    result = {};
+    result.error = EIO;
+  }
+  return result;
 }
 
 bool CopyPool::take(Task &task, bool wait) {
@@ -169,7 +255,7 @@ void CopyPool::worker(cuda::CUstream stream, std::vector<cuda::CUevent> events,
   const auto retire = [&](Slot &s) {
     s.busy = false;
     Job &job = *s.job;
-    if (const cuda::CUresult r = d.EventSynchronize(s.event); r != cuda::kSuccess) {
+    if (const cuda::CUresult r = cuda::wait_event(s.event); r != cuda::kSuccess) {
       fail_cuda(job, s.index, r, "cuEventSynchronize");
       return;
     }
@@ -259,6 +345,13 @@ TransferResult CopyPool::run(Direction dir, int fd, std::uintptr_t device, std::
                              std::uint64_t file_offset, const IoPolicy &policy) noexcept {
   if (size == 0) {
     return {};
+  }
+  if (size <= kInlineBytes) {
+    if (Lane *lane = take_lane(); lane != nullptr) {
+      TransferResult r = run_inline(*lane, dir, fd, device, size, file_offset, policy);
+      give_lane(lane);
+      return r;
+    }
   }
   try {
     Job job;

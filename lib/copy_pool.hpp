@@ -4,7 +4,10 @@
 // own streams (writes: the reverse), each thread keeping several chunks in
 // flight so that file I/O and PCIe copies overlap.  Every transfer of every
 // caller is cut into chunks whose boundaries are aligned to the file's
-// O_DIRECT block, so parallel chunks never share a block.
+// O_DIRECT block, so parallel chunks never share a block.  Small transfers
+// (one chunk of at most kInlineBytes) run on the caller's thread through
+// one of a few inline lanes when one is free: handing them to a worker and
+// back costs two thread wake-ups, more than the copy itself.
 #ifndef PHOENIX_LIB_COPY_POOL_HPP
 #define PHOENIX_LIB_COPY_POOL_HPP
 
@@ -54,7 +57,22 @@ class CopyPool {
 
   struct Job;
 
+  /// Largest transfer an inline lane takes; lanes in the pool.
+  static constexpr std::size_t kInlineBytes = std::size_t{1} << 20;
+  static constexpr std::size_t kInlineLanes = 4;
+
  private:
+  struct Lane {
+    PinnedBuffer buffer;
+    cuda::CUstream stream = nullptr;
+    cuda::CUevent event = nullptr;
+  };
+  [[nodiscard]] Lane *take_lane() noexcept;
+  void give_lane(Lane *lane) noexcept;
+  [[nodiscard]] TransferResult run_inline(Lane &lane, Direction dir, int fd, std::uintptr_t device,
+                                          std::size_t size, std::uint64_t file_offset,
+                                          const IoPolicy &policy) noexcept;
+
   struct Task {
     Job *job = nullptr;
     std::size_t index = 0;
@@ -70,6 +88,9 @@ class CopyPool {
   std::deque<Job *> queue_;
   bool stop_ = false;
   std::vector<std::thread> threads_;
+  std::vector<Lane> lanes_;
+  std::mutex lanes_mutex_;
+  std::vector<Lane *> free_lanes_;
 };
 
 }  // namespace phx::detail

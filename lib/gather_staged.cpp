@@ -95,7 +95,7 @@ class StagedMover final : public GatherMover {
     const std::size_t s = free_.front();
     free_.pop_front();
     if (slots_[s].copying) {
-      cuda::check(cuda::driver()->EventSynchronize(slots_[s].event), "cuEventSynchronize");
+      cuda::check(cuda::wait_event(slots_[s].event), "cuEventSynchronize");
       slots_[s].copying = false;
     }
     return s;
