@@ -43,6 +43,8 @@ TITLE = "Model loading: safetensors checkpoints into GPU memory (paper Fig 12)"
 CHUNK = 16 << 20
 THREADS = 16
 DEFAULT_BUDGET_S = 420
+# Warm loads measured this many times (the median counts).
+WARM_REPEATS = 3
 # Rough rates for the budget check: generating, and the cold and warm passes.
 GEN_GBPS, COLD_GBPS, WARM_GBPS, VERIFY_GBPS = 0.8, 1.2, 4.0, 2.0
 GOALS = {"warm_over_safetensors": 5.0, "warm_over_pinned": 0.9, "cold_over_direct": 0.95}
@@ -198,9 +200,18 @@ class Run:
             rec["evicted_by"] = how
         result = None
         try:
-            start = time.perf_counter()
-            result = fn()
-            rec["seconds"] = time.perf_counter() - start
+            # Warm loads take a fraction of a second, where one run is at the
+            # mercy of the machine: the median of WARM_REPEATS (each run's
+            # result dropped before the next, so memory does not pile up).
+            runs = []
+            for _ in range(WARM_REPEATS if cache == "warm" and not self.ctx.quick else 1):
+                result = None
+                start = time.perf_counter()
+                result = fn()
+                runs.append(time.perf_counter() - start)
+            rec["seconds"] = sorted(runs)[(len(runs) - 1) // 2]
+            if len(runs) > 1:
+                rec["runs_seconds"] = runs
             if isinstance(result, dict) and result.get("tool") == "phx-load":
                 # The tool's own load time: no process start, device open or
                 # warm-up; for a ceiling, the reads alone (pinned memory is
@@ -487,7 +498,8 @@ def run(ctx) -> list[dict]:
     records: list[dict] = []
     for model in names:
         gb = models.total_bytes(models.MODELS[model]) / 1e9
-        estimate = gb / GEN_GBPS + 5 * gb / COLD_GBPS + 6 * gb / WARM_GBPS + gb / VERIFY_GBPS
+        estimate = (gb / GEN_GBPS + 5 * gb / COLD_GBPS + 3 * WARM_REPEATS * gb / WARM_GBPS
+                    + gb / VERIFY_GBPS)
         left = budget - (time.monotonic() - started)
         if estimate > left:
             ctx.log(f"{model}: skipped (needs about {estimate:.0f} s, {left:.0f} s left)")
