@@ -19,7 +19,7 @@ SIZES = "4K,16K,64K,256K,1M"
 
 def run(ctx) -> list[dict]:
     prefix, folder, data_path = remote_storage.storage(
-        ctx, "nfs-tcp", "PHX_NFS_DIR", "a writable folder on an NFS mount, e.g. PHX_NFS_DIR=/mnt/nfs")
+        ctx, "nfs-tcp", "PHX_NFS_DIR", "a writable folder on an NFS mount such as /mnt/nfs")
     length = 64 << 20 if ctx.quick else 4 << 30
     path = f"{folder}/phx-fig10.bin"
     remote_storage.create(ctx, prefix, path, length)

@@ -20,7 +20,7 @@ GUEST_FILES = remote_storage.GUEST_FILES
 def run(ctx) -> list[dict]:
     prefix, dev, data_path = remote_storage.storage(
         ctx, "nvmeof-tcp", "PHX_NVMEOF_DEV",
-        "a connected NVMe-oF namespace, e.g. PHX_NVMEOF_DEV=/dev/nvme2n1")
+        "a connected NVMe-oF namespace such as /dev/nvme2n1 (only read)")
     if ctx.quick:
         length, threads = 64 << 20, [1, 2, 4]
     else:

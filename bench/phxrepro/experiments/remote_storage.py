@@ -28,12 +28,13 @@ RIG_DATA_PATH = ("TCP over loopback in the rig: the kernel copies received data 
 
 
 def storage(ctx, kind: str, env: str, how: str) -> tuple[list[str], str, str]:
-    """(command prefix, path of the storage, data path label)."""
+    """(command prefix, path of the storage, data path label); kind is the
+    rig's (remote-bench.sh's) name for it."""
     if ctx.mode == "local":
         path = os.environ.get(env)
         if not path:
-            raise Unavailable(f"no {kind} storage here: set {env} ({how}; see "
-                              "docs/remote-storage.md)")
+            raise Unavailable(f"no remote storage named here: set {env} to {how} "
+                              "(docs/remote-storage.md)")
         label = os.environ.get("PHX_REMOTE_DATA_PATH",
                                "as set up on this machine (RDMA NIC DMA is P2P; TCP is a CPU copy)")
         return [], path, label
