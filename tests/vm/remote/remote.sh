@@ -18,16 +18,20 @@ len=$((4 * MiB))
 # shellcheck disable=SC2086
 set -- $PHX_PCIBAR_BDFS
 
+# (These helpers run through step/expect_exit's "$@".)
+# shellcheck disable=SC2317
 run_nvmeof() {
-	sh $here/scripts/nvme-of "$@"
+	sh "$here/scripts/nvme-of" "$@"
 }
 
+# shellcheck disable=SC2317
 run_nfs() {
-	sh $here/scripts/nfs "$@"
+	sh "$here/scripts/nfs" "$@"
 }
 
 result() {
 	# $1 test, $2 pass|fail|skip, $3 detail (quotes and backslashes dropped)
+	# shellcheck disable=SC1003
 	d=$(printf '%s' "$3" | tr -d '"\\' | tr '\n\t' '  ' | cut -c1-400)
 	printf 'PHX-RESULT {"test":"%s","status":"%s","detail":"%s"}\n' "$1" "$2" "$d" >>"$report"
 	echo "$2 $1 $d"
@@ -128,6 +132,7 @@ else
 fi
 
 # --- NVMe over Fabrics --------------------------------------------------------
+# shellcheck disable=SC2317
 nvmeof_cleanup_both() {
 	run_nvmeof initiator cleanup "$@" && run_nvmeof target cleanup "$@"
 }
@@ -200,6 +205,7 @@ fi
 export_dir=$PHX_EXT4_DIR/phx/nfs
 mnt=/mnt/nfs
 mkdir -p "$export_dir"
+# shellcheck disable=SC2317
 nfs_cleanup_both() {
 	run_nfs client cleanup --export "$export_dir" --mount "$mnt" &&
 		run_nfs server cleanup --export "$export_dir" --clients "$1"
