@@ -77,6 +77,7 @@ std::uint64_t parse_u64(std::string_view what, const char *text) {
 }
 
 void *dev_addr(std::uint64_t bar_offset) {
+  // NOLINTNEXTLINE(performance-no-int-to-ptr): pcibar device addresses are BAR offsets
   return reinterpret_cast<void *>(bar_offset);
 }
 
@@ -90,6 +91,8 @@ class Fd {
   }
   Fd(const Fd &) = delete;
   Fd &operator=(const Fd &) = delete;
+  Fd(Fd &&) = delete;
+  Fd &operator=(Fd &&) = delete;
   ~Fd() { ::close(fd_); }
   [[nodiscard]] int get() const noexcept { return fd_; }
 
@@ -124,6 +127,8 @@ void write_reference_file(const std::filesystem::path &path, const std::byte *sr
 
 class Checker {
  public:
+  // Read once, before any thread exists.
+  // NOLINTNEXTLINE(concurrency-mt-unsafe)
   explicit Checker(std::string name) : name_(std::move(name)), report_(std::getenv("PHX_REPORT")) {}
 
   // Compares and, when equal, asks the host to compare the BAR range too.
@@ -171,16 +176,16 @@ double timed(F &&f) {
 
 std::string disk_evidence(const std::string &test, std::uint64_t bar_off, std::uint64_t disk_off,
                           std::size_t n) {
-  return "{\"kind\":\"shm_eq_disk\",\"test\":\"" + test + "\",\"shm\":" + std::to_string(kDevice) +
-         ",\"shm_off\":" + std::to_string(bar_off) + ",\"disk_off\":" + std::to_string(disk_off) +
-         ",\"len\":" + std::to_string(n) + "}";
+  return R"({"kind":"shm_eq_disk","test":")" + test + R"(","shm":)" + std::to_string(kDevice) +
+         R"(,"shm_off":)" + std::to_string(bar_off) + R"(,"disk_off":)" + std::to_string(disk_off) +
+         R"(,"len":)" + std::to_string(n) + "}";
 }
 
 std::string file_evidence(const std::string &test, std::uint64_t bar_off, const std::string &path,
                           std::size_t n) {
-  return "{\"kind\":\"shm_eq_file\",\"test\":\"" + test + "\",\"shm\":" + std::to_string(kDevice) +
-         ",\"shm_off\":" + std::to_string(bar_off) + ",\"path\":\"" + path +
-         "\",\"file_off\":0,\"len\":" + std::to_string(n) + "}";
+  return R"({"kind":"shm_eq_file","test":")" + test + R"(","shm":)" + std::to_string(kDevice) +
+         R"(,"shm_off":)" + std::to_string(bar_off) + R"(,"path":")" + path +
+         R"(","file_off":0,"len":)" + std::to_string(n) + "}";
 }
 
 int run_block(char **argv) {
