@@ -48,8 +48,10 @@ def log2_size_axis(ax, sizes) -> None:
     ax.set_xticklabels([size_label(s) for s in ticks], rotation=45, fontsize=7)
 
 
-def save(fig, png) -> None:
-    fig.tight_layout(rect=(0, 0, 1, 0.9))
+def save(fig, png, bottom: float = 0.0) -> None:
+    """bottom: the share of the figure's height kept free below the axes
+    (for notes drawn there with fig.text)."""
+    fig.tight_layout(rect=(0, bottom, 1, 0.9))
     fig.savefig(png, dpi=110)
     plt.close(fig)
 

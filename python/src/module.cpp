@@ -152,6 +152,7 @@ class PyLoader {
   [[nodiscard]] py::dict stats() const {
     py::dict d;
     d["seconds"] = last_stats_.seconds;
+    d["allocate_seconds"] = last_stats_.allocate_seconds;
     d["bytes_read"] = last_stats_.bytes_read;
     d["tensor_bytes"] = last_stats_.tensor_bytes;
     d["files"] = last_stats_.files;

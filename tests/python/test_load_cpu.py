@@ -80,6 +80,7 @@ def test_several_paths_and_loader_reuse(phoenix, make_file):
     stats = loader.stats
     assert stats["files"] == 2 and stats["engines"] == {0: "host"}
     assert stats["bytes_read"] >= stats["tensor_bytes"] > 0
+    assert 0 <= stats["allocate_seconds"] <= stats["seconds"]
     second = loader.load([pb], framework="numpy")
     assert_same(second, b)
 

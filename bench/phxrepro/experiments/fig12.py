@@ -369,6 +369,10 @@ def run_gpu_model(ctx, model: str, torch, phoenix, st) -> list[dict]:
             if method == "phoenix" and got is not None:
                 run.records[-1]["engines"] = {str(k): v for k, v in loader.stats["engines"].items()}
                 run.records[-1]["files_direct"] = loader.stats["files_direct"]
+                # Where the time went inside the library (the rest of
+                # "seconds" is Python: tensors made from DLPack capsules).
+                run.records[-1]["library_seconds"] = loader.stats["seconds"]
+                run.records[-1]["allocate_seconds"] = loader.stats.get("allocate_seconds")
             if got is not None:
                 run.mark_verified(method, cache, *compare(got, ref))
             del got
@@ -538,6 +542,7 @@ def plot(records, ctx, png) -> None:
         ax.set_title(f"{cache} page cache", fontsize=9)
         ax.legend(fontsize=6)
     notes = []
+    unavailable: dict = {}
     for r in records:
         if r.get("kind") == "ratios":
             parts = [f"{k}={r[k]:.2f}" for k in GOALS if r.get(k) is not None]
@@ -547,7 +552,13 @@ def plot(records, ctx, png) -> None:
         elif r.get("kind") == "skipped":
             notes.append(f"{r['model']}: skipped ({r['reason']})")
         elif r.get("status") == "unavailable" and r.get("cache") == "warm":
-            notes.append(f"{r['model']} {r['method']}: unavailable: {r.get('error', '')[:90]}")
-    fig.text(0.01, 0.01, "\n".join(notes[:14]), fontsize=6, va="bottom")
-    fig.subplots_adjust(bottom=0.1 + 0.02 * min(len(notes), 14))
-    save(fig, png)
+            # One line per method and reason, whatever the number of models.
+            error = r.get("error", "")
+            reason = error[error.find("cuFile"):] if "cuFile" in error else error
+            unavailable.setdefault((r["method"], reason[:90]), []).append(r["model"])
+    for (method, reason), names in unavailable.items():
+        notes.append(f"{method} unavailable ({', '.join(names)}): {reason}")
+    notes = notes[:14]
+    fig.text(0.01, 0.01, "\n".join(notes), fontsize=6, va="bottom")
+    # About 0.11 inch a line of 6-point text, in figure-height units.
+    save(fig, png, bottom=min(0.5, 0.03 + 0.11 * len(notes) / fig.get_figheight()))
