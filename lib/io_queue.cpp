@@ -11,6 +11,7 @@
 #include "config.hpp"
 #include "error.hpp"
 #include "phoenix/phoenix.hpp"
+#include "tsan_kernel_memory.hpp"
 
 namespace phx {
 namespace detail {
@@ -21,6 +22,7 @@ class Ring {
     if (const int r = io_uring_queue_init(depth_, &ring_, 0); r < 0) {
       throw_errno(-r, "io_uring_queue_init(" + std::to_string(depth_) + ")");
     }
+    for_each_kernel_mapping(tsan_kernel_mapped);
   }
   ~Ring() {
     // The kernel may still write into request buffers: reap before leaving.
@@ -37,6 +39,7 @@ class Ring {
       io_uring_cqe_seen(&ring_, cqe);
       --inflight_;
     }
+    for_each_kernel_mapping(tsan_kernel_unmapping);
     io_uring_queue_exit(&ring_);
   }
   Ring(const Ring &) = delete;
@@ -75,6 +78,14 @@ class Ring {
   }
 
  private:
+  // The ring's memory, which liburing maps without TSan seeing it.
+  template <typename Visit>
+  void for_each_kernel_mapping(Visit visit) const {
+    visit(ring_.sq.ring_ptr, ring_.sq.ring_sz);
+    visit(ring_.cq.ring_ptr, ring_.cq.ring_sz);  // the same mapping on single-mmap kernels
+    visit(ring_.sq.sqes, sizeof(io_uring_sqe) * ring_.sq.ring_entries);
+  }
+
   struct Op {
     IoRequest req;
     IoPolicy policy;
