@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "error.hpp"
 #include "phoenix/safetensors.hpp"
@@ -30,7 +31,11 @@ constexpr double kResidentForBuffered = 0.5;
 // compat/cufile pipeline one File::read internally; a piece this size keeps
 // the progress counter moving without starving that pipeline.
 constexpr std::size_t kEnginePiece = std::size_t{256} << 20;
-
+// Pieces of one file in flight at once.  A single synchronous piece drains
+// the engine's pipeline at its end (16 chunks over 12 copy threads leave
+// most of them idle for the second half), which cost a two-file checkpoint
+// a third of its warm bandwidth on the H200.
+constexpr unsigned kEnginePiecesInFlight = 3;
 struct Target {
   const Segment *segment = nullptr;
   std::shared_ptr<Allocation> owner;
@@ -119,14 +124,43 @@ void read_with_engine(File &file, const Target &target, const FileHeader &header
                       SharedState &shared) {
   const Segment &s = *target.segment;
   const std::uint64_t avail = available(s, header);
-  for (std::uint64_t off = 0; off < avail && !shared.stop; off += kEnginePiece) {
-    const auto size = static_cast<std::size_t>(std::min<std::uint64_t>(kEnginePiece, avail - off));
-    const std::size_t n = file.read(target.registration, off, size, s.file_begin + off);
-    if (n < size) {
-      detail::throw_io(EIO, "load", header.path, s.file_begin + off, size, n,
-                       "the file ended early (changed while loading?)");
+  std::atomic<std::uint64_t> next{0};
+  std::mutex failure_mutex;
+  std::exception_ptr failure;
+  const auto reader = [&]() noexcept {
+    try {
+      for (std::uint64_t off = next.fetch_add(kEnginePiece); off < avail && !shared.stop;
+           off = next.fetch_add(kEnginePiece)) {
+        const auto size =
+            static_cast<std::size_t>(std::min<std::uint64_t>(kEnginePiece, avail - off));
+        const std::size_t n = file.read(target.registration, off, size, s.file_begin + off);
+        if (n < size) {
+          detail::throw_io(EIO, "load", header.path, s.file_begin + off, size, n,
+                           "the file ended early (changed while loading?)");
+        }
+        shared.done += size;
+      }
+    } catch (...) {
+      const std::lock_guard lock(failure_mutex);
+      if (!failure) {
+        failure = std::current_exception();
+      }
+      next = avail;  // the other readers stop after their piece
     }
-    shared.done += size;
+  };
+  const auto pieces = (avail + kEnginePiece - 1) / kEnginePiece;
+  const auto helpers = static_cast<unsigned>(
+      std::min<std::uint64_t>(kEnginePiecesInFlight, std::max<std::uint64_t>(pieces, 1)) - 1);
+  {
+    std::vector<std::jthread> more;
+    more.reserve(helpers);
+    for (unsigned i = 0; i < helpers; ++i) {
+      more.emplace_back(reader);
+    }
+    reader();
+  }  // joined: no reader outlives the file or the target
+  if (failure) {
+    std::rethrow_exception(failure);
   }
 }
 
