@@ -191,6 +191,10 @@ fi
 # --- hardening: access control and the fuzzer (hardening.sh) -----------------
 $here/hardening.sh || failed=1
 
+# --- fault injection: crashes, device-mapper errors, memory pressure, the ---
+# --- provider's free callback under I/O (fault.sh) ---------------------------
+$here/fault.sh || failed=1
+
 # --- remote storage: NVMe-oF and NFS on loopback (remote.sh) -----------------
 if [ -x $here/remote.sh ]; then
 	$here/remote.sh || failed=1
