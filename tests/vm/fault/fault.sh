@@ -42,7 +42,7 @@ gtest() {
 		if grep -q '^\[  SKIPPED \]' /tmp/fault-$$.log; then
 			result "$1" fail "skipped: $(grep -A1 'Skipped' /tmp/fault-$$.log | tail -n 1 | tr -d '"\\')"
 		else
-			result "$1" pass "$(grep -E 'kills left|flakey:|PASSED' /tmp/fault-$$.log | tr -d '"\\' | tr '\n' ' ')"
+			result "$1" pass "$(grep -E 'kills left|flakey:|error target:|PASSED' /tmp/fault-$$.log | tr -d '"\\' | tr '\n' ' ')"
 		fi
 	else
 		result "$1" fail "$(grep -E 'Failure|FAILED|Expected|Which is|differ' /tmp/fault-$$.log | head -n 6 | tr -d '"\\' | tr '\n' ' ')"

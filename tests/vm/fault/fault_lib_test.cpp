@@ -178,6 +178,8 @@ TEST_F(DeviceMapper, ReadIntoErrorTargetReportsNoByteItDidNotRead) {
     } catch (const phx::IoError &e) {
       EXPECT_EQ(e.code().value(), EIO) << e.what();
       EXPECT_LE(e.bytes_done(), kBad - start) << e.what();
+      std::printf("error target: read of %zu bytes from %llu failed after %zu bytes\n", size,
+                  static_cast<unsigned long long>(start), e.bytes_done());
       EXPECT_NE(std::string(e.what()).find(env("PHX_DM_ERROR")), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find(std::to_string(start)), std::string::npos) << e.what();
       const auto want = error_dev_bytes(start, e.bytes_done());
