@@ -137,6 +137,7 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 void phxfs_reg_teardown(struct phxfs_reg *reg);
 bool phxfs_reg_revoke_begin(struct phxfs_reg *reg);
 void phxfs_reg_revoke_end(struct phxfs_reg *reg);
+void phxfs_reg_revoke_lost(struct phxfs_reg *reg);
 void phxfs_reg_put(struct phxfs_reg *reg);
 int phxfs_reg_mmap(struct phxfs_reg *reg, struct vm_area_struct *vma);
 

@@ -12,14 +12,18 @@
  * drivers) is preferred: the pages stay valid until we put them, so there is
  * no asynchronous revocation.  The legacy API calls our free callback when
  * CUDA frees the memory (cudaFree, process exit).  Its contract: stop DMA,
- * then call only nvidia_p2p_free_page_table(), never put_pages.  If
- * DEREGISTER has already started put_pages, the callback leaves the page
- * table to it: the driver does not call the callback after put_pages.
+ * then call only nvidia_p2p_free_page_table(), never put_pages.  The driver
+ * unlinks the table before it calls back, and serialises the callback with
+ * put_pages: a put_pages racing with it returns 0 once it is over, having
+ * freed nothing.  So a callback that fires always frees the table, even
+ * when DEREGISTER (or release) already owns the registration's teardown;
+ * the teardown then skips put_pages if it has not called it yet.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/module.h>
 #include <linux/slab.h>
+#include <linux/spinlock.h>
 #include <linux/string.h>
 
 #include "nv_p2p.h"
@@ -35,6 +39,9 @@ enum phxfs_nv_api { PHXFS_NV_AUTO, PHXFS_NV_PERSISTENT, PHXFS_NV_LEGACY };
 struct phxfs_nv_pin {
 	struct nvidia_p2p_page_table *table;
 	bool persistent;
+	/* Legacy: the free callback has taken the table (under lock). */
+	spinlock_t lock;
+	bool freed_by_callback;
 };
 
 static enum phxfs_nv_api phxfs_nv_api(void)
@@ -83,19 +90,46 @@ static u32 phxfs_nv_info_flags(const struct phxfs_dev *dev)
 	return 0;
 }
 
+static void phxfs_nv_free_table(struct nvidia_p2p_page_table *table)
+{
+	int (*free_table)(struct nvidia_p2p_page_table *table) =
+		symbol_get(nvidia_p2p_free_page_table);
+
+	if (free_table) {
+		free_table(table);
+		symbol_put(nvidia_p2p_free_page_table);
+	}
+}
+
+/*
+ * The free callback found the teardown already under way: stop DMA, then
+ * free the table, which the teardown's put_pages (if it gets that far)
+ * will not.  Once the flag is set the teardown may free @pin and @reg, so
+ * nothing here touches them after the unlock.
+ */
+static void phxfs_nv_free_lost(struct phxfs_reg *reg,
+			       struct phxfs_nv_pin *pin)
+{
+	struct nvidia_p2p_page_table *table;
+
+	phxfs_reg_revoke_lost(reg);
+	spin_lock(&pin->lock);
+	table = pin->table;
+	pin->freed_by_callback = true;
+	spin_unlock(&pin->lock);
+	phxfs_nv_free_table(table);
+}
+
 static void phxfs_nv_free_callback(void *data)
 {
 	struct phxfs_reg *reg = data;
 	struct phxfs_nv_pin *pin = reg->pin;
-	int (*free_table)(struct nvidia_p2p_page_table *table);
 
-	if (!phxfs_reg_revoke_begin(reg))
+	if (!phxfs_reg_revoke_begin(reg)) {
+		phxfs_nv_free_lost(reg, pin);
 		return;
-	free_table = symbol_get(nvidia_p2p_free_page_table);
-	if (free_table) {
-		free_table(pin->table);
-		symbol_put(nvidia_p2p_free_page_table);
 	}
+	phxfs_nv_free_table(pin->table);
 	reg->pin = NULL;
 	kfree(pin);
 	symbol_put(nvidia_p2p_put_pages);
@@ -122,8 +156,20 @@ static int phxfs_nv_release(struct phxfs_reg *reg, struct phxfs_nv_pin *pin)
 		int (*put)(u64 token, u32 va_space, u64 va,
 			   struct nvidia_p2p_page_table *table) =
 			symbol_get(nvidia_p2p_put_pages);
+		bool freed;
 
-		ret = put ? put(0, 0, reg->device_addr, pin->table) : -ENODEV;
+		spin_lock(&pin->lock);
+		freed = pin->freed_by_callback;
+		spin_unlock(&pin->lock);
+		/*
+		 * A callback that fires after this point finds us in put_pages,
+		 * which waits for it and then returns 0 without freeing.
+		 */
+		if (freed)
+			ret = 0;
+		else
+			ret = put ? put(0, 0, reg->device_addr, pin->table) :
+				    -ENODEV;
 		if (put)
 			symbol_put(nvidia_p2p_put_pages);
 		/* The references taken at pin time. */
@@ -186,6 +232,7 @@ static int phxfs_nv_pin(struct phxfs_reg *reg)
 	pin = kzalloc(sizeof(*pin), GFP_KERNEL);
 	if (!pin)
 		return -ENOMEM;
+	spin_lock_init(&pin->lock);
 	reg->pin = pin;
 
 	if (api != PHXFS_NV_LEGACY) {

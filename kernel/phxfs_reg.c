@@ -313,6 +313,32 @@ bool phxfs_reg_revoke_begin(struct phxfs_reg *reg)
 }
 
 /**
+ * phxfs_reg_revoke_lost() - a provider revocation that found DEREGISTER or
+ * release already tearing @reg down (phxfs_reg_revoke_begin() returned
+ * false): make sure no DMA can reach the pages once this returns, since
+ * the provider frees the memory then, and leave the teardown to its owner.
+ * @reg: registration; the teardown's reference keeps it alive.
+ *
+ * Does not use the teardown's resumable idle cursor: both may wait at once.
+ */
+void phxfs_reg_revoke_lost(struct phxfs_reg *reg)
+{
+	unsigned long i;
+
+	/* Never published (a create that failed): no mapping, no DMA. */
+	if (atomic_read(&reg->state) != PHXFS_REG_RELEASING)
+		return;
+	/* The teardown may not have zapped yet; a second zap is harmless. */
+	phxfs_reg_zap(reg);
+	for (i = 0; i < reg->npages; i++) {
+		while (page_ref_count(reg->pages[i]) > PHXFS_IDLE_PAGE_REFS)
+			usleep_range(50, 200);
+		if (!(i & 1023))
+			cond_resched();
+	}
+}
+
+/**
  * phxfs_reg_revoke_end() - finish a revocation started by
  * phxfs_reg_revoke_begin(); @reg may be freed as soon as this returns.
  * @reg: registration.

@@ -9,6 +9,10 @@
  * free while persistent pins remain, as the real driver does.  Closing
  * /dev/nvemu frees the file's allocations (process exit).
  *
+ * Like the driver, put_pages of a table whose free callback is running
+ * waits for the callback and then returns 0, and so does put_pages of a
+ * table a callback has already freed: the callback owns the table then.
+ *
  * Fault injection for phxfs's checks: the "fault" parameter makes the next
  * tables carry 1 = a wrong major version, 2 = 4 KiB page size, 3 = a page
  * outside the BAR, 4 = fail get_pages with -ENOMEM.
@@ -22,6 +26,7 @@
 #include <linux/module.h>
 #include <linux/mutex.h>
 #include <linux/pci.h>
+#include <linux/delay.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 
@@ -66,8 +71,17 @@ struct nvemu_pin {
 	void *data;
 };
 
+/* A table freed by its free callback: a racing put_pages of it returns 0. */
+struct nvemu_spent {
+	struct list_head node;
+	const struct nvidia_p2p_page_table *table;
+};
+
 static DEFINE_MUTEX(nvemu_lock);
 static LIST_HEAD(nvemu_allocs);
+static LIST_HEAD(nvemu_spent_tables);
+/* Free callbacks running now (under nvemu_lock). */
+static unsigned int nvemu_callbacks_running;
 static unsigned long *nvemu_bitmap;
 static unsigned long nvemu_nbits;
 /*
@@ -142,6 +156,21 @@ static int nvemu_make_table(struct nvemu_alloc_rec *a, u64 va, u64 len,
 	return 0;
 }
 
+/* Under nvemu_lock: forget spent table @t; true if it was one. */
+static bool nvemu_spent_drop_locked(const struct nvidia_p2p_page_table *t)
+{
+	struct nvemu_spent *sp;
+
+	list_for_each_entry(sp, &nvemu_spent_tables, node) {
+		if (sp->table == t) {
+			list_del(&sp->node);
+			kfree(sp);
+			return true;
+		}
+	}
+	return false;
+}
+
 static int nvemu_pin(u64 va, u64 len, struct nvidia_p2p_page_table **table,
 		     bool persistent, void (*cb)(void *data), void *data)
 {
@@ -166,6 +195,8 @@ static int nvemu_pin(u64 va, u64 len, struct nvidia_p2p_page_table **table,
 	ret = nvemu_make_table(a, va, len, &pin->table);
 	if (ret)
 		goto err;
+	/* A new table at a spent one's address is not that one. */
+	nvemu_spent_drop_locked(pin->table);
 	pin->alloc = a;
 	pin->va = va;
 	pin->persistent = persistent;
@@ -214,6 +245,19 @@ static int nvemu_unpin(struct nvidia_p2p_page_table *t, bool persistent)
 
 	mutex_lock(&nvemu_lock);
 	pin = nvemu_find_pin(t);
+	while (pin && pin->revoking && !persistent && nvemu_callbacks_running) {
+		/* The driver serialises put_pages with a running callback. */
+		mutex_unlock(&nvemu_lock);
+		usleep_range(100, 500);
+		mutex_lock(&nvemu_lock);
+		pin = nvemu_find_pin(t);
+	}
+	if (!pin && !persistent && nvemu_spent_drop_locked(t)) {
+		/* Its callback freed it: nothing left to put, as in the driver. */
+		nvemu_stats.raced_puts++;
+		mutex_unlock(&nvemu_lock);
+		return 0;
+	}
 	if (!pin || pin->revoking || pin->persistent != persistent) {
 		mutex_unlock(&nvemu_lock);
 		pr_err("put_pages%s of an unknown or revoked page table\n",
@@ -251,17 +295,24 @@ EXPORT_SYMBOL_GPL(nvidia_p2p_put_pages);
 
 int nvidia_p2p_free_page_table(struct nvidia_p2p_page_table *page_table)
 {
+	/* Without it a racing put_pages is reported as unknown: louder, not wrong. */
+	struct nvemu_spent *spent = kmalloc(sizeof(*spent), GFP_KERNEL);
 	struct nvemu_pin *pin;
 
 	mutex_lock(&nvemu_lock);
 	pin = nvemu_find_pin(page_table);
 	if (!pin || !pin->revoking) {
 		mutex_unlock(&nvemu_lock);
+		kfree(spent);
 		pr_err("free_page_table outside a free callback\n");
 		return -EINVAL;
 	}
 	list_del(&pin->node);
 	nvemu_stats.pins_live--;
+	if (spent) {
+		spent->table = page_table;
+		list_add(&spent->node, &nvemu_spent_tables);
+	}
 	mutex_unlock(&nvemu_lock);
 	nvemu_free_table(pin->table);
 	kfree(pin);
@@ -309,6 +360,7 @@ static int nvemu_free_alloc(struct nvemu_alloc_rec *a)
 				cb = pin->cb;
 				data = pin->data;
 				nvemu_stats.callbacks++;
+				nvemu_callbacks_running++;
 				break;
 			}
 		}
@@ -317,6 +369,9 @@ static int nvemu_free_alloc(struct nvemu_alloc_rec *a)
 			break;
 		/* The callback must call nvidia_p2p_free_page_table(). */
 		cb(data);
+		mutex_lock(&nvemu_lock);
+		nvemu_callbacks_running--;
+		mutex_unlock(&nvemu_lock);
 	}
 
 	mutex_lock(&nvemu_lock);
@@ -518,6 +573,9 @@ static void __exit nvemu_exit(void)
 		       nvemu_stats.pins_live);
 	list_for_each_entry_safe(a, tmp, &nvemu_allocs, node)
 		nvemu_release_alloc_locked(a);
+	while (!list_empty(&nvemu_spent_tables))
+		nvemu_spent_drop_locked(list_first_entry(&nvemu_spent_tables,
+							 struct nvemu_spent, node)->table);
 	bitmap_free(nvemu_bitmap);
 	pci_dev_put(nvemu_pdev);
 }
