@@ -102,10 +102,9 @@ fi
 
 # --- NVIDIA provider over nvemu on ivshmem #3, BAR bytes [1, 4) MiB -------------
 if insmod $here/nvemu.ko "bdf=$bdf3" offset=1048576; then
-	# legacy-deregister-race reproduces an open finding (docs/hardening.md):
-	# only with PHX_FAULT_FREE_RACE=1.
-	modes="legacy persistent"
-	[ "${PHX_FAULT_FREE_RACE:-0}" = 1 ] && modes="$modes legacy-deregister-race"
+	# legacy-deregister-race: DEREGISTER racing cudaFree's callback, the
+	# regression test of finding 7 (docs/hardening.md).
+	modes="legacy persistent legacy-deregister-race"
 	for api in $modes; do
 		arg=""
 		[ $api != persistent ] && arg=nv_api=legacy

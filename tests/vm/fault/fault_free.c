@@ -13,7 +13,8 @@
  * while the owner's I/O is in flight; with the persistent API the free is
  * deferred until the owner deregisters.  Owners end a round with cudaFree,
  * then DEREGISTER; mode legacy-deregister-race deregisters first, so that
- * DEREGISTER races the freer's callback (an open finding).
+ * DEREGISTER races the freer's callback (finding 7, fixed: the callback
+ * frees the page table the teardown's put_pages no longer can).
  *
  * Checked: cudaFree always succeeds (the callback waits for the in-flight
  * I/O instead of failing or leaving pages pinned); a read either completes
@@ -233,8 +234,8 @@ static void one_round(struct worker *w) {
   /*
    * Tidy up.  The owner frees before it deregisters (a revoked handle must
    * still deregister), except in the deregister-race mode: there DEREGISTER
-   * runs while the freer's cudaFree may fire the callback, which leaks the
-   * page table (open finding, docs/hardening.md).
+   * runs while the freer's cudaFree may fire the callback (finding 7 in
+   * docs/hardening.md: the page table leaked before the fix).
    */
   if (!fr.deregister_race) {
     ret = free_slot(s);
