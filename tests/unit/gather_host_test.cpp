@@ -39,6 +39,26 @@ void expect_slots_hold(const AlignedBuffer &mem, std::size_t block,
   }
 }
 
+// Two gathers into a pool of 2n slots: the first reads file blocks 2n-1
+// down to n into slots 0..n-1, the second blocks 0..n-1 into slots n..2n-1.
+struct TwoBatches {
+  std::vector<std::uint64_t> first, second, first_slots, second_slots;
+  explicit TwoBatches(std::size_t n) : first(n), second(n), first_slots(n), second_slots(n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      first[i] = 2 * n - 1 - i;
+      second[i] = i;
+      first_slots[i] = i;
+      second_slots[i] = n + i;
+    }
+  }
+  /// File block per slot, slots 0..2n-1.
+  [[nodiscard]] std::vector<std::uint64_t> all() const {
+    std::vector<std::uint64_t> blocks = first;
+    blocks.insert(blocks.end(), second.begin(), second.end());
+    return blocks;
+  }
+};
+
 struct BatchCase {
   std::size_t entries;
   std::size_t block;
@@ -222,30 +242,19 @@ TEST(GatherHost, FutureAndCallbackCompleteInOrder) {
   auto dev = Device::open(0, Engine::host);
   AlignedBuffer mem(64 * kBlock);
   auto pool = dev.register_memory(mem.data(), mem.size());
-  std::vector<std::uint64_t> first(32);
-  std::vector<std::uint64_t> second(32);
-  std::vector<std::uint64_t> first_slots(32);
-  std::vector<std::uint64_t> second_slots(32);
-  for (std::size_t i = 0; i < 32; ++i) {
-    first[i] = 63 - i;
-    second[i] = i;
-    first_slots[i] = i;
-    second_slots[i] = 32 + i;
-  }
+  const TwoBatches b(32);
   Gather gather(dev);
   std::future<GatherResult> f =
-      gather.read_async(paged_blocks(file, pool, kBlock, first, first_slots));
+      gather.read_async(paged_blocks(file, pool, kBlock, b.first, b.first_slots));
   std::promise<GatherResult> called;
-  gather.read_async(paged_blocks(file, pool, kBlock, second, second_slots),
+  gather.read_async(paged_blocks(file, pool, kBlock, b.second, b.second_slots),
                     [&called](GatherResult r) { called.set_value(std::move(r)); });
-  const GatherResult a = f.get();
-  const GatherResult b = called.get_future().get();
-  EXPECT_TRUE(a.ok());
-  EXPECT_TRUE(b.ok());
-  EXPECT_EQ(a.bytes + b.bytes, 64 * kBlock);
-  std::vector<std::uint64_t> all = first;
-  all.insert(all.end(), second.begin(), second.end());
-  expect_slots_hold(mem, kBlock, all);
+  const GatherResult one = f.get();
+  const GatherResult two = called.get_future().get();
+  EXPECT_TRUE(one.ok());
+  EXPECT_TRUE(two.ok());
+  EXPECT_EQ(one.bytes + two.bytes, 64 * kBlock);
+  expect_slots_hold(mem, kBlock, b.all());
 }
 
 TEST(GatherHost, SynchronousCallFromACallbackIsEdeadlk) {
@@ -321,28 +330,17 @@ TEST(GatherHost, PrepareWaitsForEarlierOperationsAndLaterOnesStillRun) {
   auto dev = Device::open(0, Engine::host);
   AlignedBuffer mem(16 * kBlock);
   auto pool = dev.register_memory(mem.data(), mem.size());
-  std::vector<std::uint64_t> first(8);
-  std::vector<std::uint64_t> second(8);
-  std::vector<std::uint64_t> first_slots(8);
-  std::vector<std::uint64_t> second_slots(8);
-  for (std::size_t i = 0; i < 8; ++i) {
-    first[i] = 15 - i;
-    second[i] = i;
-    first_slots[i] = i;
-    second_slots[i] = 8 + i;
-  }
+  const TwoBatches b(8);
   Gather gather(dev, {.queue_depth = 4});
   gather.prepare();  // on a fresh Gather: sets up the ring alone
   std::future<GatherResult> pending =
-      gather.read_async(paged_blocks(file, pool, kBlock, first, first_slots));
+      gather.read_async(paged_blocks(file, pool, kBlock, b.first, b.first_slots));
   gather.prepare();  // queued behind the read: returns after it
   ASSERT_EQ(pending.wait_for(std::chrono::seconds(0)), std::future_status::ready);
   EXPECT_TRUE(pending.get().ok());
-  const GatherResult r = gather.read(paged_blocks(file, pool, kBlock, second, second_slots));
+  const GatherResult r = gather.read(paged_blocks(file, pool, kBlock, b.second, b.second_slots));
   EXPECT_TRUE(r.ok());
-  std::vector<std::uint64_t> all = first;
-  all.insert(all.end(), second.begin(), second.end());
-  expect_slots_hold(mem, kBlock, all);
+  expect_slots_hold(mem, kBlock, b.all());
 }
 
 TEST(GatherHost, PrepareFromACallbackIsEdeadlk) {

@@ -28,9 +28,11 @@ def run(ctx) -> list[dict]:
     return records
 
 
-def plot(records, ctx, png) -> None:
+def plot_vs_threads(records, ctx, title: str):
+    """GB/s and kIOPS against threads, a line per engine (also fig9's);
+    returns the figure and the records drawn."""
     rows = [r for r in measured(records) if "result" in r]
-    fig, axes = figure(ctx, TITLE, ncols=2, engines=sorted({r["engine_name"] for r in rows}))
+    fig, axes = figure(ctx, title, ncols=2, engines=sorted({r["engine_name"] for r in rows}))
     series(axes[0][0], rows, x=lambda r: r["config"]["threads"], y=phxbench.bandwidth,
            key=lambda r: r["engine_name"])
     series(axes[0][1], rows, x=lambda r: r["config"]["threads"],
@@ -39,4 +41,9 @@ def plot(records, ctx, png) -> None:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("threads")
         ax.set_ylabel(ylabel)
+    return fig, rows
+
+
+def plot(records, ctx, png) -> None:
+    fig, _ = plot_vs_threads(records, ctx, TITLE)
     save(fig, png)

@@ -7,10 +7,9 @@ first 64 MiB get phxbench's pattern so every read is verified."""
 
 from __future__ import annotations
 
-from .. import phxbench
-from ..plotting import figure, save, series
-from ..records import measured
+from ..plotting import save
 from . import remote_storage
+from .fig5 import plot_vs_threads
 
 NAME = "fig9"
 TITLE = "4 KiB sync random read vs threads over NVMe-oF (paper Fig 9)"
@@ -42,16 +41,7 @@ def run(ctx) -> list[dict]:
 
 
 def plot(records, ctx, png) -> None:
-    rows = [r for r in measured(records) if "result" in r]
-    fig, axes = figure(ctx, TITLE, ncols=2, engines=sorted({r["engine_name"] for r in rows}))
-    series(axes[0][0], rows, x=lambda r: r["config"]["threads"], y=phxbench.bandwidth,
-           key=lambda r: r["engine_name"])
-    series(axes[0][1], rows, x=lambda r: r["config"]["threads"],
-           y=lambda r: r["result"]["iops"] / 1e3, key=lambda r: r["engine_name"])
-    for ax, ylabel in zip(axes[0], ("GB/s", "kIOPS")):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("threads")
-        ax.set_ylabel(ylabel)
+    fig, rows = plot_vs_threads(records, ctx, TITLE)
     if rows:
-        axes[0][0].set_title(rows[0].get("data_path", ""), fontsize=7)
+        fig.axes[0].set_title(rows[0].get("data_path", ""), fontsize=7)
     save(fig, png)
