@@ -180,7 +180,7 @@ CUcontext any_context() {
     return current;
   }
   // Never released: memory allocated in it may live until exit.
-  static const CUcontext fallback = [d] {
+  static CUcontext fallback = [d] {
     CUdevice device = 0;
     check(d->DeviceGet(&device, 0), "cuDeviceGet(0)");
     CUcontext context = nullptr;
