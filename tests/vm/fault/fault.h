@@ -43,5 +43,6 @@ int fault_wait_idle(int fd, struct phxfs_info *info);
 
 int fault_free_callback(const char *mode, unsigned int device, double seconds, uint64_t seed);
 int fault_memory_pressure(double seconds, uint64_t seed);
+int fault_nvme_remove(const char *bdf);
 
 #endif

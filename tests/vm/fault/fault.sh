@@ -7,6 +7,8 @@
 #   fault/device_mapper     reads and writes failing mid-transfer on dm error/flakey
 #   fault/memory_pressure   registrations while a hog holds all but 64 MiB
 #   fault/free_during_io_*  nvemu cudaFree (free callback) under concurrent I/O
+#   fault/nvme_removed_while_mapped  the raw NVMe pulled (sysfs remove) under
+#                           reads into mapped device memory, then rescanned
 # PHX_FAULT_SEED (from /etc/phx/config, vm/rig.py PHX_VM_GUEST_VARS) fixes
 # the seed of the random steps; otherwise a fresh one is drawn and reported.
 set -u
@@ -124,5 +126,33 @@ if insmod $here/nvemu.ko "bdf=$bdf3" offset=1048576; then
 else
 	result fault/load_nvemu fail "insmod nvemu bdf=$bdf3 offset=1048576"
 fi
+# --- the raw NVMe removed while device memory is mapped and read into ----------
+# (last: the controller is rescanned and must come back as $PHX_RAW_DEV for
+# the groups after this one)
+raw_name=${PHX_RAW_DEV#/dev/}
+raw_bdf=$(basename "$(readlink -f "/sys/block/$raw_name/device/device")")
+raw_serial=$(tr -d ' ' <"/sys/block/$raw_name/device/serial" 2>/dev/null)
+if insmod $here/phxfs.ko "pcibar=$all"; then
+	$here/phx-fault nvme-remove "$raw_bdf" || failed=1
+	rmmod phxfs || result fault/rmmod_after_nvme_remove fail "rmmod phxfs"
+else
+	result fault/load_pcibar_remove fail "insmod phxfs pcibar=$all"
+fi
+echo 1 >/sys/bus/pci/rescan
+back=""
+for _ in $(seq 60); do
+	if [ -b "$PHX_RAW_DEV" ] &&
+		[ "$(tr -d ' ' <"/sys/block/$raw_name/device/serial" 2>/dev/null)" = "$raw_serial" ]; then
+		back=yes
+		break
+	fi
+	sleep 0.5
+done
+if [ -n "$back" ] && dd if="$PHX_RAW_DEV" of=/dev/null bs=1M count=4 iflag=direct 2>/dev/null; then
+	result fault/nvme_rescan pass "$raw_bdf rescanned: $PHX_RAW_DEV (serial $raw_serial) is back and reads"
+else
+	result fault/nvme_rescan fail "$raw_bdf rescanned, but $PHX_RAW_DEV (serial $raw_serial) did not come back readable"
+fi
+
 rm -f /tmp/fault-$$.log
 exit $failed

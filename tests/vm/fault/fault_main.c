@@ -2,6 +2,7 @@
 /*
  * phx-fault free-callback legacy|persistent|legacy-deregister-race DEVICE SECONDS SEED
  * phx-fault mem-pressure SECONDS SEED
+ * phx-fault nvme-remove BDF
  * The fault suite's module-level steps (fault.sh loads the modules each
  * needs); results in the rig's protocol on $PHX_REPORT.  Exit status 0 when
  * every check passed.
@@ -20,9 +21,12 @@ int main(int argc, char **argv) {
                                strtod(argv[4], NULL), strtoull(argv[5], NULL, 0));
   if (argc == 4 && !strcmp(argv[1], "mem-pressure"))
     return fault_memory_pressure(strtod(argv[2], NULL), strtoull(argv[3], NULL, 0));
+  if (argc == 3 && !strcmp(argv[1], "nvme-remove"))
+    return fault_nvme_remove(argv[2]);
   fprintf(stderr,
           "usage: phx-fault free-callback legacy|persistent|legacy-deregister-race DEVICE SECONDS "
           "SEED\n"
-          "       phx-fault mem-pressure SECONDS SEED\n");
+          "       phx-fault mem-pressure SECONDS SEED\n"
+          "       phx-fault nvme-remove BDF\n");
   return 2;
 }
