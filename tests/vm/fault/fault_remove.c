@@ -86,11 +86,11 @@ static void *reader(void *arg) {
     if (n >= 0) {
       /* A disk going away has its capacity set to 0: the read ends early
        * (at 0 bytes, which is end of file), and what it did read is right. */
-      if (n > 0 && (fault_guarded_cmp(dst, rm_state.ref + (size_t)chunk * REMOVE_CHUNK,
-                                      (size_t)n, &diff_at) ||
+      if (n > 0 && (fault_guarded_cmp(dst, rm_state.ref + (size_t)chunk * REMOVE_CHUNK, (size_t)n,
+                                      &diff_at) ||
                     diff_at != (size_t)n))
-        fault_fail(&rm_state.fail, "reader %u: short read of %zd bytes differs at byte %zu", id,
-                   n, diff_at);
+        fault_fail(&rm_state.fail, "reader %u: short read of %zd bytes differs at byte %zu", id, n,
+                   diff_at);
       atomic_fetch_add(&rm_state.short_reads, 1);
       atomic_fetch_add(after ? &rm_state.failed_after : &rm_state.failed_before, 1);
       if (after && atomic_load(&rm_state.issued_after) > 64)
@@ -168,15 +168,15 @@ static int remove_test(char *detail, size_t len) {
   EXPECT(atomic_load(&rm_state.whole) >= 16, "only %lu whole reads before the removal",
          atomic_load(&rm_state.whole));
   EXPECT(atomic_load(&rm_state.failed_after) > 0, "no read issued after the removal failed");
-  snprintf(detail, len,
-           "%lu reads whole and verified, %lu cut short or failed while the controller went "
-           "away, %lu of %lu issued after the removal failed (%lu of all these read short or "
-           "nothing, first errno: %s); deregistered, nothing left",
-           atomic_load(&rm_state.whole), atomic_load(&rm_state.failed_before),
-           atomic_load(&rm_state.failed_after), atomic_load(&rm_state.issued_after),
-           atomic_load(&rm_state.short_reads),
-           atomic_load(&rm_state.first_errno) ? strerror(atomic_load(&rm_state.first_errno))
-                                              : "none");
+  snprintf(
+      detail, len,
+      "%lu reads whole and verified, %lu cut short or failed while the controller went "
+      "away, %lu of %lu issued after the removal failed (%lu of all these read short or "
+      "nothing, first errno: %s); deregistered, nothing left",
+      atomic_load(&rm_state.whole), atomic_load(&rm_state.failed_before),
+      atomic_load(&rm_state.failed_after), atomic_load(&rm_state.issued_after),
+      atomic_load(&rm_state.short_reads),
+      atomic_load(&rm_state.first_errno) ? strerror(atomic_load(&rm_state.first_errno)) : "none");
   free(rm_state.ref);
   return 0;
 }
