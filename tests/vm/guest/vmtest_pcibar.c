@@ -40,13 +40,21 @@ static uint64_t disk_size;
 static uint64_t bar_next[2];
 static uint64_t write_next;
 static uint64_t seed = 1;
+/* pcibar/threads registers from four threads: two equal offsets would collide (EBUSY). */
+static pthread_mutex_t bar_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int bar_alloc(int dev, uint64_t len, uint64_t *off) {
-  if (bar_next[dev] + len > GROUP_BAR_BYTES)
-    return -ENOSPC;
-  *off = bar_next[dev];
-  bar_next[dev] += (len + 4095) & ~4095ULL;
-  return 0;
+  int ret = 0;
+
+  pthread_mutex_lock(&bar_lock);
+  if (bar_next[dev] + len > GROUP_BAR_BYTES) {
+    ret = -ENOSPC;
+  } else {
+    *off = bar_next[dev];
+    bar_next[dev] += (len + 4095) & ~4095ULL;
+  }
+  pthread_mutex_unlock(&bar_lock);
+  return ret;
 }
 
 static int disk_write_alloc(uint64_t len, uint64_t *off) {
