@@ -366,7 +366,7 @@ bool StreamIo::enqueue_staged(std::shared_ptr<Op> &owned, CUstream_st *stream) {
   };
   const cuda::CUdeviceptr device =
       cuda::CUdeviceptr{r.mapping->device_address()} + cuda::CUdeviceptr{r.mapping_offset};
-  const Direction dir = r.dir;
+  [[maybe_unused]] const Direction dir = r.dir;  // unused in the broken-order test build
   enqueue(std::move(owned));  // the I/O thread starts; both only read the op from here
   try {
     std::vector<std::uint32_t> uses(k, 0);
