@@ -1,0 +1,853 @@
+// SPDX-License-Identifier: MIT
+// The CPU stand-in for the CUDA driver described in fake_cuda.h.  Entry
+// points are declared here from the driver's documented ABI, the same way
+// lib/cuda/driver_api.hpp declares what libphoenix calls.
+#include "fake_cuda.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+using CUresult = int;
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;  // NOLINT(google-runtime-int): the ABI's type
+
+namespace {
+
+constexpr CUresult kSuccess = 0;
+constexpr CUresult kInvalidValue = 1;
+constexpr CUresult kOutOfMemory = 2;
+constexpr CUresult kInvalidDevice = 101;
+constexpr CUresult kInvalidContext = 201;
+constexpr CUresult kInvalidHandle = 400;
+constexpr CUresult kNotReady = 600;
+
+constexpr int kMaxDevices = 8;
+constexpr unsigned kMemoryTypeHost = 1;
+constexpr unsigned kMemoryTypeDevice = 2;
+constexpr unsigned kWaitGeq = 0x0;
+constexpr unsigned kWaitEq = 0x1;
+constexpr unsigned kWaitAnd = 0x2;
+constexpr unsigned kWaitFlush = 1U << 30;
+
+struct StreamState;
+
+}  // namespace
+
+struct CUctx_st {
+  int device = 0;
+};
+
+struct CUstream_st {
+  std::shared_ptr<StreamState> state;
+};
+
+struct CUevent_st {
+  std::mutex mutex;
+  std::shared_ptr<StreamState> stream;  // null: never recorded (complete)
+  std::uint64_t target = 0;
+};
+
+namespace {
+
+// A stream: a worker thread that runs operations in order.
+struct StreamState {
+  explicit StreamState(CUctx_st *ctx) : context(ctx), worker([this] { run(); }) {}
+  ~StreamState() {
+    {
+      const std::lock_guard lock(mutex);
+      stop = true;
+    }
+    changed.notify_all();
+    worker.join();  // after the queue drained
+  }
+  StreamState(const StreamState &) = delete;
+  StreamState &operator=(const StreamState &) = delete;
+  StreamState(StreamState &&) = delete;
+  StreamState &operator=(StreamState &&) = delete;
+
+  void push(std::function<void()> op) {
+    {
+      const std::lock_guard lock(mutex);
+      ops.push_back(std::move(op));
+      ++submitted;
+    }
+    changed.notify_all();
+  }
+  std::uint64_t mark() {
+    const std::lock_guard lock(mutex);
+    return submitted;
+  }
+  bool reached(std::uint64_t target) {
+    const std::lock_guard lock(mutex);
+    return completed >= target;
+  }
+  void wait(std::uint64_t target) {
+    std::unique_lock lock(mutex);
+    changed.wait(lock, [&] { return completed >= target; });
+  }
+  void run();
+
+  CUctx_st *context;
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<std::function<void()>> ops;
+  std::uint64_t submitted = 0;
+  std::uint64_t completed = 0;
+  bool stop = false;
+  std::thread worker;  // last: started once the rest is built
+};
+
+struct DeviceAlloc {
+  std::size_t size = 0;
+  std::size_t mapped = 0;
+  std::byte *alias = nullptr;
+  int device = 0;
+};
+
+struct HostAlloc {
+  std::size_t size = 0;
+  int device = 0;
+};
+
+struct Globals {
+  std::mutex mutex;
+  int devices = 1;
+  CUctx_st contexts[kMaxDevices];
+  long retains[kMaxDevices] = {};
+  std::map<std::uintptr_t, DeviceAlloc> device_allocs;
+  std::map<std::uintptr_t, HostAlloc> host_allocs;
+  long streams = 0;
+  long events = 0;
+  std::atomic<long> copies{0};
+  std::atomic<unsigned> op_delay_us{0};
+  std::string fail_call;
+  unsigned fail_nth = 0;
+  int fail_error = 0;
+};
+
+// Never destroyed: stream workers may still run while the process exits.
+Globals &globals() {
+  static auto *g = [] {
+    auto *made = new Globals;  // NOLINT(cppcoreguidelines-owning-memory)
+    if (const char *n = std::getenv("PHX_FAKE_CUDA_DEVICES"); n != nullptr) {  // NOLINT
+      made->devices = std::clamp(std::atoi(n), 0, kMaxDevices);  // NOLINT(cert-err34-c)
+    }
+    for (int i = 0; i < kMaxDevices; ++i) {
+      made->contexts[i].device = i;
+    }
+    return made;
+  }();
+  return *g;
+}
+
+void StreamState::run() {
+  for (;;) {
+    std::function<void()> op;
+    {
+      std::unique_lock lock(mutex);
+      changed.wait(lock, [&] { return stop || !ops.empty(); });
+      if (ops.empty()) {
+        return;  // stopping, drained
+      }
+      op = std::move(ops.front());
+      ops.pop_front();
+    }
+    if (const unsigned delay = globals().op_delay_us.load(); delay != 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(delay));
+    }
+    op();
+    {
+      const std::lock_guard lock(mutex);
+      ++completed;
+    }
+    changed.notify_all();
+  }
+}
+
+thread_local std::vector<CUctx_st *> context_stack;
+
+CUctx_st *current_context() {
+  return context_stack.empty() ? nullptr : context_stack.back();
+}
+
+// The legacy default stream (null, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD):
+// one for all, never destroyed.
+StreamState &default_stream() {
+  static auto *s =
+      new StreamState(&globals().contexts[0]);  // NOLINT(cppcoreguidelines-owning-memory)
+  return *s;
+}
+
+StreamState &stream_of(CUstream_st *stream) {
+  const auto handle = reinterpret_cast<std::uintptr_t>(stream);
+  if (handle <= 2) {
+    return default_stream();
+  }
+  return *stream->state;
+}
+
+CUresult injected(const char *call) {
+  Globals &g = globals();
+  const std::lock_guard lock(g.mutex);
+  if (g.fail_nth == 0 || g.fail_call != call) {
+    return kSuccess;
+  }
+  if (--g.fail_nth != 0) {
+    return kSuccess;
+  }
+  return g.fail_error;
+}
+
+// The alias of [address, address + size) when it lies in one device
+// allocation, else null.  Caller holds no lock.
+std::byte *device_alias(CUdeviceptr address, std::size_t size) {
+  Globals &g = globals();
+  const std::lock_guard lock(g.mutex);
+  auto it = g.device_allocs.upper_bound(static_cast<std::uintptr_t>(address));
+  if (it == g.device_allocs.begin()) {
+    return nullptr;
+  }
+  --it;
+  const std::uintptr_t offset = static_cast<std::uintptr_t>(address) - it->first;
+  if (offset > it->second.size || size > it->second.size - offset) {
+    return nullptr;
+  }
+  return it->second.alias + offset;
+}
+
+template <typename Map>
+typename Map::iterator containing(Map &map, std::uintptr_t address) {
+  auto it = map.upper_bound(address);
+  if (it == map.begin()) {
+    return map.end();
+  }
+  --it;
+  return address - it->first < it->second.size ? it : map.end();
+}
+
+std::uint32_t *host_word(CUdeviceptr address) {
+  Globals &g = globals();
+  const std::lock_guard lock(g.mutex);
+  auto it = containing(g.host_allocs, static_cast<std::uintptr_t>(address));
+  if (it == g.host_allocs.end() || address % 4 != 0 ||
+      static_cast<std::uintptr_t>(address) + 4 > it->first + it->second.size) {
+    return nullptr;
+  }
+  return reinterpret_cast<std::uint32_t *>(static_cast<std::uintptr_t>(address));  // NOLINT
+}
+
+}  // namespace
+
+extern "C" {
+
+// NOLINTBEGIN(readability-identifier-naming,cppcoreguidelines-pro-type-reinterpret-cast)
+
+CUresult cuInit(unsigned /*flags*/) {
+  return kSuccess;
+}
+
+CUresult cuDriverGetVersion(int *version) {
+  if (version == nullptr) {
+    return kInvalidValue;
+  }
+  *version = 13000;
+  return kSuccess;
+}
+
+CUresult cuGetErrorName(CUresult error, const char **text) {
+  if (text == nullptr) {
+    return kInvalidValue;
+  }
+  switch (error) {
+    case kSuccess:
+      *text = "CUDA_SUCCESS";
+      break;
+    case kInvalidValue:
+      *text = "CUDA_ERROR_INVALID_VALUE";
+      break;
+    case kOutOfMemory:
+      *text = "CUDA_ERROR_OUT_OF_MEMORY";
+      break;
+    case kInvalidDevice:
+      *text = "CUDA_ERROR_INVALID_DEVICE";
+      break;
+    case kInvalidContext:
+      *text = "CUDA_ERROR_INVALID_CONTEXT";
+      break;
+    case kInvalidHandle:
+      *text = "CUDA_ERROR_INVALID_HANDLE";
+      break;
+    case kNotReady:
+      *text = "CUDA_ERROR_NOT_READY";
+      break;
+    default:
+      *text = "CUDA_ERROR_UNKNOWN";
+      break;
+  }
+  return kSuccess;
+}
+
+CUresult cuGetErrorString(CUresult error, const char **text) {
+  if (text == nullptr) {
+    return kInvalidValue;
+  }
+  *text = error == kSuccess ? "no error" : "error injected or detected by the fake CUDA driver";
+  return kSuccess;
+}
+
+CUresult cuDeviceGetCount(int *count) {
+  if (count == nullptr) {
+    return kInvalidValue;
+  }
+  *count = globals().devices;
+  return kSuccess;
+}
+
+CUresult cuDeviceGet(CUdevice *device, int ordinal) {
+  if (device == nullptr) {
+    return kInvalidValue;
+  }
+  if (ordinal < 0 || ordinal >= globals().devices) {
+    return kInvalidDevice;
+  }
+  *device = ordinal;
+  return kSuccess;
+}
+
+CUresult cuDeviceGetPCIBusId(char *bus, int length, CUdevice device) {
+  if (bus == nullptr || length < 13) {
+    return kInvalidValue;
+  }
+  if (device < 0 || device >= globals().devices) {
+    return kInvalidDevice;
+  }
+  // Bus numbers descend with the ordinal: libphoenix must sort by bus.
+  (void)std::snprintf(bus, static_cast<std::size_t>(length), "0000:%02X:00.0", 0xC0 - device);
+  return kSuccess;
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUctx_st **context, CUdevice device) {
+  Globals &g = globals();
+  if (context == nullptr) {
+    return kInvalidValue;
+  }
+  if (device < 0 || device >= g.devices) {
+    return kInvalidDevice;
+  }
+  const std::lock_guard lock(g.mutex);
+  ++g.retains[device];
+  *context = &g.contexts[device];
+  return kSuccess;
+}
+
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device) {
+  Globals &g = globals();
+  if (device < 0 || device >= g.devices) {
+    return kInvalidDevice;
+  }
+  const std::lock_guard lock(g.mutex);
+  if (g.retains[device] == 0) {
+    return kInvalidContext;
+  }
+  --g.retains[device];
+  return kSuccess;
+}
+
+CUresult cuCtxPushCurrent_v2(CUctx_st *context) {
+  if (context == nullptr) {
+    return kInvalidContext;
+  }
+  context_stack.push_back(context);
+  return kSuccess;
+}
+
+CUresult cuCtxPopCurrent_v2(CUctx_st **context) {
+  if (context_stack.empty()) {
+    return kInvalidContext;
+  }
+  if (context != nullptr) {
+    *context = context_stack.back();
+  }
+  context_stack.pop_back();
+  return kSuccess;
+}
+
+CUresult cuCtxSetCurrent(CUctx_st *context) {
+  if (context == nullptr) {
+    if (!context_stack.empty()) {
+      context_stack.pop_back();
+    }
+  } else if (context_stack.empty()) {
+    context_stack.push_back(context);
+  } else {
+    context_stack.back() = context;
+  }
+  return kSuccess;
+}
+
+CUresult cuCtxGetCurrent(CUctx_st **context) {
+  if (context == nullptr) {
+    return kInvalidValue;
+  }
+  *context = current_context();
+  return kSuccess;
+}
+
+CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr pointer) {
+  if (data == nullptr) {
+    return kInvalidValue;
+  }
+  Globals &g = globals();
+  const std::lock_guard lock(g.mutex);
+  const auto address = static_cast<std::uintptr_t>(pointer);
+  unsigned type = 0;
+  std::uintptr_t start = 0;
+  std::size_t size = 0;
+  int device = 0;
+  if (auto d = containing(g.device_allocs, address); d != g.device_allocs.end()) {
+    type = kMemoryTypeDevice;
+    start = d->first;
+    size = d->second.size;
+    device = d->second.device;
+  } else if (auto h = containing(g.host_allocs, address); h != g.host_allocs.end()) {
+    type = kMemoryTypeHost;
+    start = h->first;
+    size = h->second.size;
+    device = h->second.device;
+  } else {
+    return kInvalidValue;  // as the driver says of memory it does not know
+  }
+  switch (attribute) {
+    case 1:
+      *static_cast<CUctx_st **>(data) = &g.contexts[device];
+      break;  // CONTEXT
+    case 2:
+      *static_cast<unsigned *>(data) = type;
+      break;  // MEMORY_TYPE
+    case 6:
+      *static_cast<unsigned *>(data) = 1;
+      break;  // SYNC_MEMOPS
+    case 8:
+      *static_cast<unsigned *>(data) = 0;
+      break;  // IS_MANAGED
+    case 9:
+      *static_cast<int *>(data) = device;
+      break;  // DEVICE_ORDINAL
+    case 11:
+      *static_cast<CUdeviceptr *>(data) = start;
+      break;  // RANGE_START_ADDR
+    case 12:
+      *static_cast<std::size_t *>(data) = size;
+      break;  // RANGE_SIZE
+    default:
+      return kInvalidValue;
+  }
+  return kSuccess;
+}
+
+CUresult cuPointerSetAttribute(const void *value, int attribute, CUdeviceptr pointer) {
+  if (value == nullptr || attribute != 6) {
+    return kInvalidValue;
+  }
+  return device_alias(pointer, 1) != nullptr ? kSuccess : kInvalidValue;
+}
+
+CUresult cuMemAlloc_v2(CUdeviceptr *pointer, std::size_t size) {
+  if (pointer == nullptr || size == 0) {
+    return kInvalidValue;
+  }
+  CUctx_st *ctx = current_context();
+  if (ctx == nullptr) {
+    return kInvalidContext;
+  }
+  if (const CUresult r = injected("cuMemAlloc"); r != kSuccess) {
+    return r;
+  }
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  const std::size_t mapped = (size + page - 1) / page * page;
+  const int fd = ::memfd_create("fake-cuda-device-memory", MFD_CLOEXEC);
+  if (fd < 0) {
+    return kOutOfMemory;
+  }
+  void *device = MAP_FAILED;
+  void *alias = MAP_FAILED;
+  if (::ftruncate(fd, static_cast<off_t>(mapped)) == 0) {
+    device = ::mmap(nullptr, mapped, PROT_NONE, MAP_SHARED, fd, 0);
+    alias = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  ::close(fd);
+  if (device == MAP_FAILED || alias == MAP_FAILED) {
+    if (device != MAP_FAILED) {
+      ::munmap(device, mapped);
+    }
+    if (alias != MAP_FAILED) {
+      ::munmap(alias, mapped);
+    }
+    return kOutOfMemory;
+  }
+  Globals &g = globals();
+  const std::lock_guard lock(g.mutex);
+  g.device_allocs[reinterpret_cast<std::uintptr_t>(device)] =
+      DeviceAlloc{size, mapped, static_cast<std::byte *>(alias), ctx->device};
+  *pointer = reinterpret_cast<std::uintptr_t>(device);
+  return kSuccess;
+}
+
+CUresult cuMemFree_v2(CUdeviceptr pointer) {
+  Globals &g = globals();
+  DeviceAlloc a;
+  {
+    const std::lock_guard lock(g.mutex);
+    auto it = g.device_allocs.find(static_cast<std::uintptr_t>(pointer));
+    if (it == g.device_allocs.end()) {
+      return kInvalidValue;
+    }
+    a = it->second;
+    g.device_allocs.erase(it);
+  }
+  ::munmap(reinterpret_cast<void *>(static_cast<std::uintptr_t>(pointer)), a.mapped);  // NOLINT
+  ::munmap(a.alias, a.mapped);
+  return kSuccess;
+}
+
+CUresult cuMemcpyHtoD_v2(CUdeviceptr destination, const void *source, std::size_t size) {
+  std::byte *to = device_alias(destination, size);
+  if (to == nullptr || source == nullptr) {
+    return kInvalidValue;
+  }
+  std::memcpy(to, source, size);
+  return kSuccess;
+}
+
+CUresult cuMemcpyDtoH_v2(void *destination, CUdeviceptr source, std::size_t size) {
+  const std::byte *from = device_alias(source, size);
+  if (from == nullptr || destination == nullptr) {
+    return kInvalidValue;
+  }
+  std::memcpy(destination, from, size);
+  return kSuccess;
+}
+
+CUresult cuMemHostAlloc(void **pointer, std::size_t size, unsigned /*flags*/) {
+  if (pointer == nullptr || size == 0) {
+    return kInvalidValue;
+  }
+  CUctx_st *ctx = current_context();
+  if (ctx == nullptr) {
+    return kInvalidContext;
+  }
+  if (const CUresult r = injected("cuMemHostAlloc"); r != kSuccess) {
+    return r;
+  }
+  void *p =
+      std::aligned_alloc(4096, (size + 4095) / 4096 * 4096);  // NOLINT(cppcoreguidelines-no-malloc)
+  if (p == nullptr) {
+    return kOutOfMemory;
+  }
+  Globals &g = globals();
+  const std::lock_guard lock(g.mutex);
+  g.host_allocs[reinterpret_cast<std::uintptr_t>(p)] = HostAlloc{size, ctx->device};
+  *pointer = p;
+  return kSuccess;
+}
+
+CUresult cuMemFreeHost(void *pointer) {
+  Globals &g = globals();
+  {
+    const std::lock_guard lock(g.mutex);
+    if (g.host_allocs.erase(reinterpret_cast<std::uintptr_t>(pointer)) == 0) {
+      return kInvalidValue;
+    }
+  }
+  std::free(pointer);  // NOLINT(cppcoreguidelines-no-malloc)
+  return kSuccess;
+}
+
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *device, void *host, unsigned flags) {
+  if (device == nullptr || flags != 0) {
+    return kInvalidValue;
+  }
+  Globals &g = globals();
+  const std::lock_guard lock(g.mutex);
+  if (containing(g.host_allocs, reinterpret_cast<std::uintptr_t>(host)) == g.host_allocs.end()) {
+    return kInvalidValue;
+  }
+  *device = reinterpret_cast<std::uintptr_t>(host);  // unified addressing: the same address
+  return kSuccess;
+}
+
+CUresult cuStreamCreate(CUstream_st **stream, unsigned /*flags*/) {
+  if (stream == nullptr) {
+    return kInvalidValue;
+  }
+  CUctx_st *ctx = current_context();
+  if (ctx == nullptr) {
+    return kInvalidContext;
+  }
+  auto *made = new CUstream_st{std::make_shared<StreamState>(ctx)};  // NOLINT
+  Globals &g = globals();
+  const std::lock_guard lock(g.mutex);
+  ++g.streams;
+  *stream = made;
+  return kSuccess;
+}
+
+CUresult cuStreamDestroy_v2(CUstream_st *stream) {
+  if (reinterpret_cast<std::uintptr_t>(stream) <= 2) {
+    return kInvalidHandle;
+  }
+  delete stream;  // NOLINT(cppcoreguidelines-owning-memory): the state drains first
+  Globals &g = globals();
+  const std::lock_guard lock(g.mutex);
+  --g.streams;
+  return kSuccess;
+}
+
+CUresult cuStreamSynchronize(CUstream_st *stream) {
+  StreamState &s = stream_of(stream);
+  s.wait(s.mark());
+  return kSuccess;
+}
+
+CUresult cuStreamGetCtx(CUstream_st *stream, CUctx_st **context) {
+  if (context == nullptr) {
+    return kInvalidValue;
+  }
+  if (reinterpret_cast<std::uintptr_t>(stream) <= 2) {
+    *context = current_context();
+    return *context != nullptr ? kSuccess : kInvalidContext;
+  }
+  *context = stream->state->context;
+  return kSuccess;
+}
+
+CUresult cuStreamIsCapturing(CUstream_st * /*stream*/, int *status) {
+  if (status == nullptr) {
+    return kInvalidValue;
+  }
+  *status = 0;  // CU_STREAM_CAPTURE_STATUS_NONE
+  return kSuccess;
+}
+
+CUresult cuStreamWaitValue32_v2(CUstream_st *stream, CUdeviceptr address, std::uint32_t value,
+                                unsigned flags) {
+  std::uint32_t *word = host_word(address);
+  const unsigned how = flags & ~kWaitFlush;
+  if (word == nullptr || (how != kWaitGeq && how != kWaitEq && how != kWaitAnd)) {
+    return kInvalidValue;
+  }
+  if (const CUresult r = injected("cuStreamWaitValue32"); r != kSuccess) {
+    return r;
+  }
+  stream_of(stream).push([word, value, how] {
+    const std::atomic_ref<std::uint32_t> w(*word);
+    for (;;) {
+      const std::uint32_t now = w.load(std::memory_order_acquire);
+      const bool met = how == kWaitGeq  ? static_cast<std::int32_t>(now - value) >= 0
+                       : how == kWaitEq ? now == value
+                                        : (now & value) != 0;
+      if (met) {
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  });
+  return kSuccess;
+}
+
+CUresult cuStreamWriteValue32_v2(CUstream_st *stream, CUdeviceptr address, std::uint32_t value,
+                                 unsigned /*flags*/) {
+  std::uint32_t *word = host_word(address);
+  if (word == nullptr) {
+    return kInvalidValue;
+  }
+  stream_of(stream).push([word, value] {
+    std::atomic_ref<std::uint32_t>(*word).store(value, std::memory_order_release);
+  });
+  return kSuccess;
+}
+
+CUresult cuLaunchHostFunc(CUstream_st *stream, void (*fn)(void *), void *data) {
+  if (fn == nullptr) {
+    return kInvalidValue;
+  }
+  stream_of(stream).push([fn, data] { fn(data); });
+  return kSuccess;
+}
+
+CUresult cuEventCreate(CUevent_st **event, unsigned /*flags*/) {
+  if (event == nullptr) {
+    return kInvalidValue;
+  }
+  if (current_context() == nullptr) {
+    return kInvalidContext;
+  }
+  *event = new CUevent_st;  // NOLINT(cppcoreguidelines-owning-memory)
+  Globals &g = globals();
+  const std::lock_guard lock(g.mutex);
+  ++g.events;
+  return kSuccess;
+}
+
+CUresult cuEventDestroy_v2(CUevent_st *event) {
+  if (event == nullptr) {
+    return kInvalidHandle;
+  }
+  delete event;  // NOLINT(cppcoreguidelines-owning-memory)
+  Globals &g = globals();
+  const std::lock_guard lock(g.mutex);
+  --g.events;
+  return kSuccess;
+}
+
+CUresult cuEventRecord(CUevent_st *event, CUstream_st *stream) {
+  if (event == nullptr) {
+    return kInvalidHandle;
+  }
+  if (const CUresult r = injected("cuEventRecord"); r != kSuccess) {
+    return r;
+  }
+  std::shared_ptr<StreamState> state;
+  if (reinterpret_cast<std::uintptr_t>(stream) > 2) {
+    state = stream->state;
+  } else {
+    state = std::shared_ptr<StreamState>(&default_stream(), [](StreamState *) {});
+  }
+  const std::uint64_t target = state->mark();
+  const std::lock_guard lock(event->mutex);
+  event->stream = std::move(state);
+  event->target = target;
+  return kSuccess;
+}
+
+CUresult cuEventQuery(CUevent_st *event) {
+  if (event == nullptr) {
+    return kInvalidHandle;
+  }
+  std::shared_ptr<StreamState> stream;
+  std::uint64_t target = 0;
+  {
+    const std::lock_guard lock(event->mutex);
+    stream = event->stream;
+    target = event->target;
+  }
+  return stream == nullptr || stream->reached(target) ? kSuccess : kNotReady;
+}
+
+CUresult cuEventSynchronize(CUevent_st *event) {
+  if (event == nullptr) {
+    return kInvalidHandle;
+  }
+  if (const CUresult r = injected("cuEventSynchronize"); r != kSuccess) {
+    return r;
+  }
+  std::shared_ptr<StreamState> stream;
+  std::uint64_t target = 0;
+  {
+    const std::lock_guard lock(event->mutex);
+    stream = event->stream;
+    target = event->target;
+  }
+  if (stream != nullptr) {
+    stream->wait(target);
+  }
+  return kSuccess;
+}
+
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr destination, const void *source, std::size_t size,
+                              CUstream_st *stream) {
+  std::byte *to = device_alias(destination, size);
+  if (to == nullptr || source == nullptr) {
+    return kInvalidValue;
+  }
+  if (const CUresult r = injected("cuMemcpyHtoDAsync"); r != kSuccess) {
+    return r;
+  }
+  stream_of(stream).push([to, source, size] {
+    std::memcpy(to, source, size);
+    globals().copies.fetch_add(1);
+  });
+  return kSuccess;
+}
+
+CUresult cuMemcpyDtoHAsync_v2(void *destination, CUdeviceptr source, std::size_t size,
+                              CUstream_st *stream) {
+  const std::byte *from = device_alias(source, size);
+  if (from == nullptr || destination == nullptr) {
+    return kInvalidValue;
+  }
+  if (const CUresult r = injected("cuMemcpyDtoHAsync"); r != kSuccess) {
+    return r;
+  }
+  stream_of(stream).push([destination, from, size] {
+    std::memcpy(destination, from, size);
+    globals().copies.fetch_add(1);
+  });
+  return kSuccess;
+}
+
+// -- the control API (fake_cuda.h) ----------------------------------------------------------
+
+void phx_fake_cuda_get_counts(struct phx_fake_cuda_counts *out) {
+  Globals &g = globals();
+  const std::lock_guard lock(g.mutex);
+  out->streams = g.streams;
+  out->events = g.events;
+  out->device_allocs = static_cast<long>(g.device_allocs.size());
+  out->host_allocs = static_cast<long>(g.host_allocs.size());
+  out->contexts = 0;
+  for (const long r : g.retains) {
+    out->contexts += r;
+  }
+  out->copies = g.copies.load();
+}
+
+void phx_fake_cuda_set_op_delay_us(unsigned delay_us) {
+  globals().op_delay_us.store(delay_us);
+}
+
+void phx_fake_cuda_fail_call(const char *call, unsigned nth, int error) {
+  Globals &g = globals();
+  const std::lock_guard lock(g.mutex);
+  g.fail_call = call;
+  g.fail_nth = nth;
+  g.fail_error = error;
+}
+
+void phx_fake_cuda_clear_failures(void) {
+  phx_fake_cuda_fail_call("", 0, 0);
+}
+
+int phx_fake_cuda_enqueue_fill(struct CUstream_st *stream, unsigned long long dptr,  // NOLINT
+                               size_t size, uint8_t value, unsigned delay_us) {
+  std::byte *to = device_alias(dptr, size);
+  if (to == nullptr) {
+    return kInvalidValue;
+  }
+  stream_of(stream).push([to, size, value, delay_us] {
+    std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+    std::memset(to, value, size);
+  });
+  return kSuccess;
+}
+
+// NOLINTEND(readability-identifier-naming,cppcoreguidelines-pro-type-reinterpret-cast)
+
+}  // extern "C"

@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A CPU stand-in for the part of the CUDA driver API libphoenix uses, so
+ * the compat engine, the compat gather and stream-ordered I/O run in CI
+ * (and under ASan and TSan) on machines without a GPU.  Tests point
+ * PHX_CUDA_DRIVER at libphx_fakecuda.so; libphoenix then dlopens it in
+ * place of libcuda.so.1.
+ *
+ * What it keeps honest:
+ *  - device memory is a memfd mapped twice: PROT_NONE at the address
+ *    handed out (a CPU access by the library faults, as it would on a GPU)
+ *    and read-write at an alias that only the "copy engine" uses;
+ *  - every stream is a worker thread that runs its operations in order,
+ *    asynchronously from the caller (optionally slowed down), so a missing
+ *    wait on an event or stream shows up as wrong bytes;
+ *  - calls that need a current context fail with CUDA_ERROR_INVALID_CONTEXT
+ *    without one, and every handle is counted so tests can check for leaks.
+ *
+ * Below: the control API for tests (not part of CUDA's).
+ */
+#ifndef PHOENIX_TESTS_FAKE_CUDA_H
+#define PHOENIX_TESTS_FAKE_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct CUstream_st;
+
+/** Live handles and allocations, for leak checks. */
+struct phx_fake_cuda_counts {
+  long streams;       /* created by cuStreamCreate, not yet destroyed */
+  long events;        /* created, not yet destroyed */
+  long device_allocs; /* cuMemAlloc without cuMemFree */
+  long host_allocs;   /* cuMemHostAlloc without cuMemFreeHost */
+  long contexts;      /* primary-context retains without release */
+  long copies;        /* asynchronous copies run so far */
+};
+void phx_fake_cuda_get_counts(struct phx_fake_cuda_counts *out);
+
+/** Every stream operation waits this long before it runs (0: none). */
+void phx_fake_cuda_set_op_delay_us(unsigned delay_us);
+
+/**
+ * The @nth next call (1 = the next one) of the entry point @call (e.g.
+ * "cuMemcpyHtoDAsync") returns @error instead of doing anything.
+ */
+void phx_fake_cuda_fail_call(const char *call, unsigned nth, int error);
+
+/** Clears the failure set by phx_fake_cuda_fail_call(). */
+void phx_fake_cuda_clear_failures(void);
+
+/**
+ * Enqueues a slow "kernel" on @stream: after @delay_us, @size bytes of
+ * device memory at @dptr become @value.  Stands in for the GPU tests'
+ * kernels in the stream-order tests.  Returns a CUresult.
+ */
+int phx_fake_cuda_enqueue_fill(struct CUstream_st *stream, unsigned long long dptr, size_t size,
+                               uint8_t value, unsigned delay_us);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PHOENIX_TESTS_FAKE_CUDA_H */

@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: MIT
+// The loader with the compat engine over the fake CUDA driver
+// (tests/fakecuda): tensors land in (fake) GPU memory byte for byte, spread
+// over two GPUs by a device map, into loader-allocated or caller-supplied
+// memory, and the loader's device memory is freed with the last tensor.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fake_gpu.hpp"
+#include "phoenix/safetensors.hpp"
+#include "safetensors_test_files.hpp"
+#include "test_support.hpp"
+
+namespace st = phx::safetensors;
+using phx::test::TestTensor;
+
+namespace phx::test {
+namespace {
+
+class SafetensorsCompat : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { use_fake_cuda(); }
+  TempDir dir_;
+};
+
+st::LoadOptions compat_options() {
+  st::LoadOptions o;
+  o.engine = Engine::compat;
+  o.chunk_size = 64 << 10;
+  return o;
+}
+
+// Five shards, odd sizes and a 7-byte gap: every tensor at an unaligned offset.
+std::vector<TestTensor> write_sharded(const TempDir &dir) {
+  std::vector<TestTensor> all;
+  std::vector<std::pair<std::string, std::string>> weight_map;
+  for (int f = 0; f < 5; ++f) {
+    std::vector<TestTensor> shard;
+    for (int t = 0; t < 4; ++t) {
+      const std::string name = "layers." + std::to_string(f) + ".w" + std::to_string(t);
+      const std::size_t count = 100000 + 3779 * static_cast<std::size_t>(t + f);
+      shard.push_back({name, "F16", {count}, tensor_bytes(2 * count, 10 * f + t)});
+      weight_map.emplace_back(name, "shard-" + std::to_string(f) + ".safetensors");
+    }
+    (void)write_safetensors(dir / ("shard-" + std::to_string(f) + ".safetensors"), shard, 7);
+    all.insert(all.end(), shard.begin(), shard.end());
+  }
+  write_index(dir / "model.safetensors.index.json", weight_map);
+  return all;
+}
+
+void expect_on_gpus(const st::LoadedCheckpoint &loaded, const std::vector<TestTensor> &tensors,
+                    const st::DeviceMap &map) {
+  ASSERT_EQ(loaded.tensors.size(), tensors.size());
+  for (const TestTensor &want : tensors) {
+    const st::LoadedTensor &t = loaded.at(want.name);
+    EXPECT_EQ(t.memory, st::MemoryKind::cuda) << want.name;
+    EXPECT_EQ(t.device, map.device_for(want.name)) << want.name;
+    EXPECT_EQ(t.cuda_ordinal, fake_ordinal(t.device)) << want.name;
+    std::vector<std::byte> copy(want.data.size());
+    st::copy_to_host(t, copy);  // the fake's device memory is not CPU-readable
+    EXPECT_EQ(copy, want.data) << want.name;
+  }
+}
+
+TEST_F(SafetensorsCompat, ShardedCheckpointOnTwoGpusByteForByte) {
+  const auto tensors = write_sharded(dir_);
+  for (const st::CachePolicy cache : {st::CachePolicy::direct, st::CachePolicy::buffered}) {
+    st::LoadOptions o = compat_options();
+    o.cache = cache;
+    o.parallel_files = 3;
+    o.devices = st::DeviceMap::parse("layers.1=1,layers.3=1", 0);
+    const auto loaded = st::load(st::open_checkpoint(dir_ / "model.safetensors.index.json"), o);
+    expect_on_gpus(*loaded, tensors, o.devices);
+    EXPECT_EQ(loaded->stats.files, 5U);
+    EXPECT_EQ(loaded->stats.engines.at(0), Engine::compat);
+    EXPECT_EQ(loaded->stats.engines.at(1), Engine::compat);
+  }
+}
+
+TEST_F(SafetensorsCompat, CallerSuppliedDeviceMemory) {
+  const std::vector<TestTensor> tensors = {{"w", "F32", {25000}, tensor_bytes(100000, 7)},
+                                           {"v", "BF16", {11}, tensor_bytes(22, 8)}};
+  (void)write_safetensors(dir_ / "m.safetensors", tensors, 9);
+  std::vector<std::unique_ptr<FakeDeviceMemory>> memory;
+  st::LoadOptions o = compat_options();
+  o.allocate = [&](const st::Segment &s) {
+    memory.push_back(std::make_unique<FakeDeviceMemory>(s.bytes(), s.device));
+    return memory.back()->data();
+  };
+  const auto loaded = st::load(st::open_checkpoint(dir_ / "m.safetensors"), o);
+  expect_on_gpus(*loaded, tensors, o.devices);
+  ASSERT_EQ(memory.size(), 1U);
+  EXPECT_EQ(loaded->at("w").owner, nullptr);
+}
+
+TEST_F(SafetensorsCompat, DeviceMemoryIsFreedWithTheLastTensor) {
+  const auto tensors = write_sharded(dir_);
+  st::Loader loader(compat_options());
+  const st::Checkpoint ckpt = st::open_checkpoint(dir_ / "model.safetensors.index.json");
+  loader.warm_up(ckpt);
+  const long before = fake_counts().device_allocs;
+  {
+    const auto loaded = loader.load(ckpt);
+    expect_on_gpus(*loaded, tensors, {});
+    EXPECT_GT(fake_counts().device_allocs, before);
+  }
+  EXPECT_EQ(fake_counts().device_allocs, before);
+}
+
+}  // namespace
+}  // namespace phx::test
