@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <mutex>
 
+#include "compat_mapping.hpp"
 #include "copy_pool.hpp"
 #include "cuda/gpu.hpp"
 #include "engine_backend.hpp"
@@ -64,31 +65,26 @@ class CompatBackend final : public EngineBackend {
     cuda::check(d.PointerSetAttribute(&one, cuda::kPointerAttributeSyncMemops,
                                       static_cast<cuda::CUdeviceptr>(address)),
                 "cuPointerSetAttribute(SYNC_MEMOPS)");
-    return std::make_shared<Mapping>(address, size, nullptr);
+    return std::make_shared<CompatMapping>(address, size, info.buffer_id);
   }
 
   [[nodiscard]] TransferResult transfer(Direction dir, int fd, const Mapping &mapping,
                                         std::size_t mapping_offset, std::size_t size,
                                         std::uint64_t file_offset,
                                         const IoPolicy &policy) noexcept override {
-    const cuda::Driver &d = *cuda::driver();
     // A registration outliving its cudaFree must fail clearly, not copy
-    // into whatever was allocated there since (or fault).
-    cuda::PointerInfo info;
+    // into whatever was allocated there since (or fault): one driver call.
     try {
       const cuda::ScopedContext scope(gpu_->context());
-      info = cuda::query_pointer(d, mapping.device_address());
-    } catch (...) {
-      info = {};
-    }
-    if (!info.cuda_known || info.ordinal != gpu_->identity().ordinal) {
-      TransferResult failed;
-      failed.error = EFAULT;
-      try {
-        failed.detail = "registered range " + hex(mapping.device_address()) +
-                        " is no longer CUDA device memory of this GPU (freed while registered?)";
-      } catch (...) {
+      if (std::string lost = compat_allocation_lost(mapping); !lost.empty()) {
+        TransferResult failed;
+        failed.error = EFAULT;
+        failed.detail = std::move(lost);
+        return failed;
       }
+    } catch (...) {
+      TransferResult failed;
+      failed.error = ENOMEM;
       return failed;
     }
     CopyPool *pool = copy_pool();
@@ -127,6 +123,18 @@ class CompatBackend final : public EngineBackend {
 };
 
 }  // namespace
+
+std::string compat_allocation_lost(const Mapping &mapping) {
+  const auto *compat = dynamic_cast<const CompatMapping *>(&mapping);
+  const cuda::Driver *d = cuda::driver();
+  if (compat == nullptr || d == nullptr ||
+      cuda::buffer_id(*d, compat->device_address()) == compat->buffer_id()) {
+    return {};
+  }
+  return "registered range " + hex(compat->device_address()) + " + " +
+         std::to_string(compat->size()) +
+         " is no longer the CUDA allocation it was registered in (freed while registered?)";
+}
 
 std::unique_ptr<EngineBackend> make_compat_backend(int device_id) {
   return std::make_unique<CompatBackend>(device_id);

@@ -15,9 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "compat_mapping.hpp"
 #include "cuda/driver_api.hpp"
 #include "cuda/gpu.hpp"
 #include "error.hpp"
+#include "registration_access.hpp"
 #include "staging_pool.hpp"
 
 namespace phx::detail {
@@ -54,10 +56,21 @@ class StagedMover final : public GatherMover {
   void move(Direction dir, std::span<const PlannedRequest> requests,
             std::span<RequestOutcome> outcomes) override {
     const cuda::ScopedContext scope(gpu_.context());
+    const Registration *checked = nullptr;  // requests come grouped by registration
     for (const PlannedRequest &r : requests) {
       if (r.size > slot_size_) {
         throw_errno(EINVAL, "gather request of " + std::to_string(r.size) +
                                 " bytes exceeds the staging slot of " + std::to_string(slot_size_));
+      }
+      // Memory freed since it was registered (maybe allocated again at the
+      // same address) is refused before anything is copied into it.
+      if (r.registration != checked) {
+        checked = r.registration;
+        const Mapping *mapping = RegistrationAccess::mapping(*r.registration);
+        if (std::string lost = mapping != nullptr ? compat_allocation_lost(*mapping) : "";
+            !lost.empty()) {
+          throw_errno(EFAULT, "gather: " + lost);
+        }
       }
     }
     free_.clear();

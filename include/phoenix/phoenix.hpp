@@ -42,6 +42,7 @@ namespace detail {
 class DeviceState;
 class Mapping;
 class Ring;
+struct RegistrationAccess;
 }  // namespace detail
 
 /// How bytes reach the registered memory.
@@ -154,6 +155,7 @@ class PHX_EXPORT Registration {
   friend class Device;
   friend class File;
   friend class IoQueue;
+  friend struct detail::RegistrationAccess;
   Registration(std::shared_ptr<detail::DeviceState> device,
                std::shared_ptr<detail::Mapping> mapping);
   std::shared_ptr<detail::DeviceState> device_;

@@ -36,6 +36,7 @@ inline constexpr CUresult kErrorNotReady = 600;    // CUDA_ERROR_NOT_READY
 inline constexpr int kPointerAttributeContext = 1;
 inline constexpr int kPointerAttributeMemoryType = 2;
 inline constexpr int kPointerAttributeSyncMemops = 6;
+inline constexpr int kPointerAttributeBufferId = 7;
 inline constexpr int kPointerAttributeIsManaged = 8;
 inline constexpr int kPointerAttributeDeviceOrdinal = 9;
 inline constexpr int kPointerAttributeRangeStartAddr = 11;

@@ -109,7 +109,17 @@ PointerInfo query_pointer(const Driver &d, std::uintptr_t address) noexcept {
     info.range_start = start;
     info.range_size = size;
   }
+  info.buffer_id = buffer_id(d, address);
   return info;
+}
+
+unsigned long long buffer_id(const Driver &d, std::uintptr_t address) noexcept {  // NOLINT
+  unsigned long long id = 0;  // NOLINT(google-runtime-int): the ABI's type
+  if (d.PointerGetAttribute(&id, kPointerAttributeBufferId, static_cast<CUdeviceptr>(address)) !=
+      kSuccess) {
+    return 0;
+  }
+  return id;
 }
 
 }  // namespace phx::detail::cuda

@@ -59,8 +59,16 @@ struct PointerInfo {
   int ordinal = -1;
   CUdeviceptr range_start = 0;
   std::size_t range_size = 0;
+  /// Unique over the process's life: a later allocation at the same
+  /// address has another (0: unknown).
+  unsigned long long buffer_id = 0;  // NOLINT(google-runtime-int): the ABI's type
 };
 [[nodiscard]] PointerInfo query_pointer(const Driver &d, std::uintptr_t address) noexcept;
+
+/// The buffer ID of the CUDA allocation holding @p address; 0 when CUDA
+/// knows no allocation there (never allocated, or freed).  One driver call.
+[[nodiscard]] unsigned long long buffer_id(const Driver &d,  // NOLINT(google-runtime-int)
+                                           std::uintptr_t address) noexcept;
 
 }  // namespace phx::detail::cuda
 

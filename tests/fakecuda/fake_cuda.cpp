@@ -119,11 +119,13 @@ struct DeviceAlloc {
   std::size_t mapped = 0;
   std::byte *alias = nullptr;
   int device = 0;
+  unsigned long long id = 0;  // NOLINT(google-runtime-int): CU_POINTER_ATTRIBUTE_BUFFER_ID
 };
 
 struct HostAlloc {
   std::size_t size = 0;
   int device = 0;
+  unsigned long long id = 0;  // NOLINT(google-runtime-int)
 };
 
 struct Globals {
@@ -133,8 +135,10 @@ struct Globals {
   long retains[kMaxDevices] = {};
   std::map<std::uintptr_t, DeviceAlloc> device_allocs;
   std::map<std::uintptr_t, HostAlloc> host_allocs;
+  std::map<std::size_t, std::vector<void *>> freed;  // reserved addresses by size
   long streams = 0;
   long events = 0;
+  unsigned long long next_buffer_id = 1;  // NOLINT(google-runtime-int): never reused, as CUDA's
   std::atomic<long> copies{0};
   std::atomic<unsigned> op_delay_us{0};
   std::string fail_call;
@@ -421,16 +425,19 @@ CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr pointer) {
   std::uintptr_t start = 0;
   std::size_t size = 0;
   int device = 0;
+  unsigned long long id = 0;  // NOLINT(google-runtime-int)
   if (auto d = containing(g.device_allocs, address); d != g.device_allocs.end()) {
     type = kMemoryTypeDevice;
     start = d->first;
     size = d->second.size;
     device = d->second.device;
+    id = d->second.id;
   } else if (auto h = containing(g.host_allocs, address); h != g.host_allocs.end()) {
     type = kMemoryTypeHost;
     start = h->first;
     size = h->second.size;
     device = h->second.device;
+    id = h->second.id;
   } else {
     return kInvalidValue;  // as the driver says of memory it does not know
   }
@@ -444,6 +451,9 @@ CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr pointer) {
     case 6:
       *static_cast<unsigned *>(data) = 1;
       break;  // SYNC_MEMOPS
+    case 7:
+      *static_cast<unsigned long long *>(data) = id;  // NOLINT(google-runtime-int)
+      break;                                          // BUFFER_ID
     case 8:
       *static_cast<unsigned *>(data) = 0;
       break;  // IS_MANAGED
@@ -482,17 +492,28 @@ CUresult cuMemAlloc_v2(CUdeviceptr *pointer, std::size_t size) {
   }
   const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   const std::size_t mapped = (size + page - 1) / page * page;
-  const int fd = ::memfd_create("fake-cuda-device-memory", MFD_CLOEXEC);
-  if (fd < 0) {
-    return kOutOfMemory;
+  Globals &g = globals();
+  // The newest freed address of this size first, as caching allocators
+  // (PyTorch's) hand freed memory out again.
+  void *reuse = nullptr;
+  {
+    const std::lock_guard lock(g.mutex);
+    if (auto it = g.freed.find(mapped); it != g.freed.end() && !it->second.empty()) {
+      reuse = it->second.back();
+      it->second.pop_back();
+    }
   }
+  const int fd = ::memfd_create("fake-cuda-device-memory", MFD_CLOEXEC);
   void *device = MAP_FAILED;
   void *alias = MAP_FAILED;
-  if (::ftruncate(fd, static_cast<off_t>(mapped)) == 0) {
-    device = ::mmap(nullptr, mapped, PROT_NONE, MAP_SHARED, fd, 0);
+  if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(mapped)) == 0) {
+    device =
+        ::mmap(reuse, mapped, PROT_NONE, MAP_SHARED | (reuse != nullptr ? MAP_FIXED : 0), fd, 0);
     alias = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   }
-  ::close(fd);
+  if (fd >= 0) {
+    ::close(fd);
+  }
   if (device == MAP_FAILED || alias == MAP_FAILED) {
     if (device != MAP_FAILED) {
       ::munmap(device, mapped);
@@ -502,10 +523,9 @@ CUresult cuMemAlloc_v2(CUdeviceptr *pointer, std::size_t size) {
     }
     return kOutOfMemory;
   }
-  Globals &g = globals();
   const std::lock_guard lock(g.mutex);
   g.device_allocs[reinterpret_cast<std::uintptr_t>(device)] =
-      DeviceAlloc{size, mapped, static_cast<std::byte *>(alias), ctx->device};
+      DeviceAlloc{size, mapped, static_cast<std::byte *>(alias), ctx->device, g.next_buffer_id++};
   *pointer = reinterpret_cast<std::uintptr_t>(device);
   return kSuccess;
 }
@@ -522,7 +542,13 @@ CUresult cuMemFree_v2(CUdeviceptr pointer) {
     a = it->second;
     g.device_allocs.erase(it);
   }
-  ::munmap(reinterpret_cast<void *>(static_cast<std::uintptr_t>(pointer)), a.mapped);  // NOLINT
+  // The address stays reserved (no access) for a later allocation.
+  void *device = reinterpret_cast<void *>(static_cast<std::uintptr_t>(pointer));  // NOLINT
+  if (::mmap(device, a.mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
+             -1, 0) != MAP_FAILED) {
+    const std::lock_guard lock(g.mutex);
+    g.freed[a.mapped].push_back(device);
+  }
   ::munmap(a.alias, a.mapped);
   return kSuccess;
 }
@@ -563,7 +589,8 @@ CUresult cuMemHostAlloc(void **pointer, std::size_t size, unsigned /*flags*/) {
   }
   Globals &g = globals();
   const std::lock_guard lock(g.mutex);
-  g.host_allocs[reinterpret_cast<std::uintptr_t>(p)] = HostAlloc{size, ctx->device};
+  g.host_allocs[reinterpret_cast<std::uintptr_t>(p)] =
+      HostAlloc{size, ctx->device, g.next_buffer_id++};
   *pointer = p;
   return kSuccess;
 }

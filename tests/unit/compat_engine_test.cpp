@@ -7,9 +7,11 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <thread>
@@ -182,21 +184,39 @@ TEST_F(CompatEngine, RefusesWhatIsNotDeviceMemoryOfItsGpu) {
   refused(other.data(), 65536, EINVAL, "is memory of CUDA GPU " + std::to_string(fake_ordinal(1)));
 }
 
-TEST_F(CompatEngine, IoIntoFreedMemoryFailsClearly) {
+// Freed behind the library's back, and then allocated again at the same
+// address (as a caching allocator would): I/O through the old registration
+// must fail, not write into the new owner's memory.
+TEST_F(CompatEngine, IoIntoFreedOrReallocatedMemoryFailsClearly) {
   write_pattern_file(dir_ / "in", 65536, kSeed);
-  FakeDeviceMemory mem(65536);
+  auto mem = std::make_unique<FakeDeviceMemory>(65536);
   auto dev = Device::open(0, Engine::compat);
-  auto reg = dev.register_memory(mem.data(), mem.size());
-  mem.release();
+  auto reg = dev.register_memory(mem->data(), mem->size());
+  void *const address = mem->data();
+  mem->release();
   File f(dir_ / "in", O_RDONLY);
-  try {
-    (void)f.read(reg, 0, 65536, 0);
-    FAIL() << "read into freed device memory succeeded";
-  } catch (const std::system_error &e) {
-    EXPECT_EQ(e.code().value(), EFAULT) << e.what();
-    EXPECT_NE(std::string(e.what()).find("no longer CUDA device memory"), std::string::npos)
-        << e.what();
-  }
+  const auto refused = [&](const char *when) {
+    try {
+      (void)f.read(reg, 0, 65536, 0);
+      ADD_FAILURE() << "read into memory " << when << " succeeded";
+    } catch (const std::system_error &e) {
+      EXPECT_EQ(e.code().value(), EFAULT) << e.what();
+      EXPECT_NE(std::string(e.what()).find("freed while registered"), std::string::npos)
+          << e.what();
+    }
+  };
+  refused("freed");
+  const FakeDeviceMemory next(65536);
+  ASSERT_EQ(next.data(), address) << "the fake driver did not hand the address out again";
+  next.fill(std::byte{0x77});
+  refused("freed and allocated again");
+  const auto untouched = next.download();
+  EXPECT_EQ(std::count(untouched.begin(), untouched.end(), std::byte{0x77}), 65536)
+      << "the new allocation's bytes changed";
+  // Once the stale registration is gone, the new allocation registers and works.
+  reg.release();
+  auto fresh = dev.register_memory(next.data(), next.size());
+  EXPECT_EQ(f.read(fresh, 0, 65536, 0), 65536U);
 }
 
 // A copy the driver refuses fails the read with the file, offset and size

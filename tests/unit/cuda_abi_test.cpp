@@ -21,6 +21,7 @@ static_assert(cu::kErrorNotReady == CUDA_ERROR_NOT_READY);
 static_assert(cu::kPointerAttributeContext == CU_POINTER_ATTRIBUTE_CONTEXT);
 static_assert(cu::kPointerAttributeMemoryType == CU_POINTER_ATTRIBUTE_MEMORY_TYPE);
 static_assert(cu::kPointerAttributeSyncMemops == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS);
+static_assert(cu::kPointerAttributeBufferId == CU_POINTER_ATTRIBUTE_BUFFER_ID);
 static_assert(cu::kPointerAttributeIsManaged == CU_POINTER_ATTRIBUTE_IS_MANAGED);
 static_assert(cu::kPointerAttributeDeviceOrdinal == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL);
 static_assert(cu::kPointerAttributeRangeStartAddr == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR);

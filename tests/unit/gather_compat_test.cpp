@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <ostream>
 #include <random>
 #include <string>
@@ -162,6 +163,34 @@ TEST_F(CompatGatherFake, RefusedCopyFailsOnlyItsRequest) {
       ASSERT_FALSE(bad.has_value()) << "block " << i << " (the failed one is " << failed << ")";
     }
   }
+}
+
+// A pool freed and allocated again at the same address is refused whole,
+// and the new owner's bytes stay as they were.
+TEST_F(CompatGatherFake, ReallocatedPoolIsRefused) {
+  constexpr std::size_t kBlock = 16384;
+  write_pattern_file(dir_ / "kv", 8 * kBlock, kSeed);
+  auto dev = Device::open(0, Engine::compat);
+  auto pool = std::make_unique<FakeDeviceMemory>(8 * kBlock);
+  auto reg = dev.register_memory(pool->data(), pool->size());
+  void *const address = pool->data();
+  pool.reset();
+  const FakeDeviceMemory next(8 * kBlock);
+  ASSERT_EQ(next.data(), address) << "the fake driver did not hand the address out again";
+  next.fill(std::byte{0x33});
+  File file(dir_ / "kv", O_RDONLY);
+  const auto ids = iota(8);
+  Gather gather(dev);
+  try {
+    (void)gather.read(paged_blocks(file, reg, kBlock, ids, ids));
+    ADD_FAILURE() << "gathered into a reallocated pool";
+  } catch (const std::system_error &e) {
+    EXPECT_EQ(e.code().value(), EFAULT) << e.what();
+    EXPECT_NE(std::string(e.what()).find("freed while registered"), std::string::npos) << e.what();
+  }
+  const auto bytes = next.download();
+  EXPECT_EQ(std::count(bytes.begin(), bytes.end(), std::byte{0x33}),
+            static_cast<std::ptrdiff_t>(bytes.size()));
 }
 
 TEST_F(CompatGatherFake, ScatterWritesWhatTheGpuHolds) {
