@@ -13,6 +13,7 @@
 #include "driver.hpp"
 #include "error.hpp"
 #include "phxfs_ioctl.h"
+#include "tsan_kernel_memory.hpp"
 
 namespace phx::detail {
 namespace {
@@ -103,7 +104,7 @@ class PhxfsDriver final : public DeviceDriver {
   }
 
   int unmap(std::byte *address, std::size_t size) noexcept override {
-    return ::munmap(address, size) == 0 ? 0 : errno;
+    return munmap_ordered(address, size) == 0 ? 0 : errno;
   }
 
   int deregister(std::uint64_t handle) noexcept override {

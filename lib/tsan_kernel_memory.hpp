@@ -14,8 +14,15 @@
 // before an unmap are ordered before accesses after a mapping at the same
 // addresses; every other access to the ring stays checked.  They compile to
 // nothing without TSan.
+//
+// TSan's own munmap interceptor does not always forget a mapping's
+// accesses either (a small file mapping's imitated write outlived it), so
+// libphoenix's own munmaps go through munmap_ordered(): a ring the kernel
+// later maps at those addresses is then ordered after them too.
 #ifndef PHOENIX_LIB_TSAN_KERNEL_MEMORY_HPP
 #define PHOENIX_LIB_TSAN_KERNEL_MEMORY_HPP
+
+#include <sys/mman.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -62,6 +69,12 @@ inline void tsan_kernel_unmapping(const void *addr, std::size_t size) {
 inline void tsan_kernel_mapped(const void * /*addr*/, std::size_t /*size*/) {}
 inline void tsan_kernel_unmapping(const void * /*addr*/, std::size_t /*size*/) {}
 #endif
+
+/// munmap(2), after telling TSan what tsan_kernel_unmapping() tells it.
+inline int munmap_ordered(void *addr, std::size_t size) noexcept {
+  tsan_kernel_unmapping(addr, size);
+  return ::munmap(addr, size);
+}
 
 }  // namespace phx::detail
 

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "tsan_kernel_memory.hpp"
+
 namespace phx::detail {
 
 double resident_fraction(int fd, std::uint64_t offset, std::uint64_t length) noexcept {
@@ -30,7 +32,7 @@ double resident_fraction(int fd, std::uint64_t offset, std::uint64_t length) noe
         return 0;
       }
       const int rc = ::mincore(map, span, flags.data());
-      (void)::munmap(map, span);
+      (void)munmap_ordered(map, span);
       if (rc != 0) {
         return 0;
       }

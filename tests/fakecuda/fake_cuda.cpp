@@ -24,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "tsan_kernel_memory.hpp"  // libphoenix's: rings may reuse these addresses
+
 using CUresult = int;
 using CUdevice = int;
 using CUdeviceptr = unsigned long long;  // NOLINT(google-runtime-int): the ABI's type
@@ -516,10 +518,10 @@ CUresult cuMemAlloc_v2(CUdeviceptr *pointer, std::size_t size) {
   }
   if (device == MAP_FAILED || alias == MAP_FAILED) {
     if (device != MAP_FAILED) {
-      ::munmap(device, mapped);
+      (void)phx::detail::munmap_ordered(device, mapped);
     }
     if (alias != MAP_FAILED) {
-      ::munmap(alias, mapped);
+      (void)phx::detail::munmap_ordered(alias, mapped);
     }
     return kOutOfMemory;
   }
@@ -549,7 +551,7 @@ CUresult cuMemFree_v2(CUdeviceptr pointer) {
     const std::lock_guard lock(g.mutex);
     g.freed[a.mapped].push_back(device);
   }
-  ::munmap(a.alias, a.mapped);
+  (void)phx::detail::munmap_ordered(a.alias, a.mapped);
   return kSuccess;
 }
 

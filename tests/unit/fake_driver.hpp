@@ -18,6 +18,7 @@
 #include <system_error>
 
 #include "driver.hpp"
+#include "tsan_kernel_memory.hpp"
 
 namespace phx::test {
 
@@ -37,7 +38,7 @@ class FakeDriver final : public detail::DeviceDriver {
     device_side_ = static_cast<std::byte *>(p);
   }
   ~FakeDriver() override {
-    ::munmap(device_side_, bar_size_);
+    (void)detail::munmap_ordered(device_side_, bar_size_);
     ::close(fd_);
   }
   FakeDriver(const FakeDriver &) = delete;
@@ -94,7 +95,7 @@ class FakeDriver final : public detail::DeviceDriver {
     const std::lock_guard lock(mutex_);
     --maps_live;
     events += "U";
-    return ::munmap(address, size) == 0 ? 0 : errno;
+    return detail::munmap_ordered(address, size) == 0 ? 0 : errno;
   }
 
   int deregister(std::uint64_t handle) noexcept override {
