@@ -19,6 +19,7 @@
 #include "cuda/driver_api.hpp"
 #include "cuda/gpu.hpp"
 #include "error.hpp"
+#include "log.hpp"
 #include "registration_access.hpp"
 #include "staging_pool.hpp"
 
@@ -56,22 +57,28 @@ class StagedMover final : public GatherMover {
   void move(Direction dir, std::span<const PlannedRequest> requests,
             std::span<RequestOutcome> outcomes) override {
     const cuda::ScopedContext scope(gpu_.context());
-    const Registration *checked = nullptr;  // requests come grouped by registration
-    for (const PlannedRequest &r : requests) {
+    // Memory freed since it was registered (maybe allocated again at the
+    // same address): its requests fail with EFAULT before anything is
+    // copied into it.  Requests come grouped by registration.
+    lost_.assign(requests.size(), 0);
+    const Registration *checked = nullptr;
+    bool checked_lost = false;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      const PlannedRequest &r = requests[i];
       if (r.size > slot_size_) {
         throw_errno(EINVAL, "gather request of " + std::to_string(r.size) +
                                 " bytes exceeds the staging slot of " + std::to_string(slot_size_));
       }
-      // Memory freed since it was registered (maybe allocated again at the
-      // same address) is refused before anything is copied into it.
       if (r.registration != checked) {
         checked = r.registration;
         const Mapping *mapping = RegistrationAccess::mapping(*r.registration);
-        if (std::string lost = mapping != nullptr ? compat_allocation_lost(*mapping) : "";
-            !lost.empty()) {
-          throw_errno(EFAULT, "gather: " + lost);
+        const std::string lost = mapping != nullptr ? compat_allocation_lost(*mapping) : "";
+        checked_lost = !lost.empty();
+        if (checked_lost) {
+          log(LogLevel::error, "gather: " + lost);
         }
       }
+      lost_[i] = checked_lost ? 1 : 0;
     }
     free_.clear();
     for (std::size_t i = 0; i < slots_.size(); ++i) {
@@ -123,6 +130,10 @@ class StagedMover final : public GatherMover {
       batch.clear();
       while (next < requests.size() && !free_.empty() &&
              queue_.outstanding() + batch.size() < depth_) {
+        if (lost_[next] != 0) {
+          outcomes[next++] = {0, EFAULT};
+          continue;
+        }
         const std::size_t s = take_slot();
         const PlannedRequest &r = requests[next];
         slots_[s].request = next++;
@@ -169,6 +180,10 @@ class StagedMover final : public GatherMover {
       batch.clear();
       while (next < requests.size() && !free_.empty() &&
              queue_.outstanding() + batch.size() < depth_) {
+        if (lost_[next] != 0) {
+          outcomes[next++] = {0, EFAULT};
+          continue;
+        }
         const std::size_t s = take_slot();
         const PlannedRequest &r = requests[next];
         slots_[s].request = next;
@@ -223,6 +238,7 @@ class StagedMover final : public GatherMover {
   std::vector<cuda::CUevent> events_;
   std::size_t next_event_ = 0;
   std::deque<std::size_t> free_;
+  std::vector<char> lost_;  // per request of the current move: its memory was freed
 };
 
 }  // namespace
