@@ -6,11 +6,14 @@
 #ifndef PHOENIX_TESTS_FAKE_GPU_HPP
 #define PHOENIX_TESTS_FAKE_GPU_HPP
 
+#include <gtest/gtest.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "fake_cuda.h"
+#include "test_support.hpp"
 
 struct CUctx_st;
 
@@ -71,6 +74,8 @@ class FakeDeviceMemory {
   FakeDeviceMemory &operator=(FakeDeviceMemory &&) = delete;
 
   [[nodiscard]] void *data() const;
+  /// The same address as the driver API takes it.
+  [[nodiscard]] unsigned long long device_pointer() const { return pointer_; }  // NOLINT
   [[nodiscard]] std::size_t size() const { return size_; }
   void fill(std::byte value) const;
   void upload(const std::vector<std::byte> &bytes, std::size_t offset = 0) const;
@@ -101,6 +106,18 @@ class FakeStream {
 
 /// Live handles now.
 [[nodiscard]] phx_fake_cuda_counts fake_counts();
+
+/// Tests on the fake driver: libphoenix loads it, and every test leaves no
+/// injected failure or slowdown behind.
+class FakeGpuTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { use_fake_cuda(); }
+  void TearDown() override {
+    phx_fake_cuda_clear_failures();
+    phx_fake_cuda_set_op_delay_us(0);
+  }
+  TempDir dir_;
+};
 
 }  // namespace phx::test
 

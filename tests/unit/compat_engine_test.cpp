@@ -26,14 +26,18 @@ namespace {
 
 constexpr std::uint64_t kSeed = 41;
 
-class CompatEngine : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { use_fake_cuda(); }
-  void TearDown() override {
-    phx_fake_cuda_clear_failures();
-    phx_fake_cuda_set_op_delay_us(0);
+using CompatEngine = FakeGpuTest;
+
+// Zeroed fake device memory registered on compat device 0.
+struct Zeroed {
+  explicit Zeroed(std::size_t size)
+      : memory(std::make_unique<FakeDeviceMemory>(size)), dev(Device::open(0, Engine::compat)) {
+    memory->fill(std::byte{0});
+    reg = dev.register_memory(memory->data(), memory->size());
   }
-  TempDir dir_;
+  std::unique_ptr<FakeDeviceMemory> memory;
+  Device dev;
+  Registration reg;
 };
 
 std::vector<std::byte> pattern(std::size_t size, std::uint64_t offset) {
@@ -122,10 +126,9 @@ TEST_P(CompatShapes, WritesLandByteForByte) {
 TEST_F(CompatEngine, EndOfFileGivesShortReads) {
   constexpr std::size_t kFile = (std::size_t{3} << 20) + 999;
   write_pattern_file(dir_ / "in", kFile, kSeed);
-  FakeDeviceMemory mem(std::size_t{8} << 20);
-  mem.fill(std::byte{0});
-  auto dev = Device::open(0, Engine::compat);
-  auto reg = dev.register_memory(mem.data(), mem.size());
+  const Zeroed z(std::size_t{8} << 20);
+  FakeDeviceMemory &mem = *z.memory;
+  const Registration &reg = z.reg;
   File f(dir_ / "in", O_RDONLY);
   EXPECT_EQ(f.read(reg, 0, std::size_t{8} << 20, 4096), kFile - 4096);
   expect_read_landed(mem.download(), 0, kFile - 4096, 4096, std::byte{0});
@@ -136,10 +139,9 @@ TEST_F(CompatEngine, ThreadsShareOneRegistration) {
   constexpr std::size_t kPiece = (std::size_t{2} << 20) + 4096;
   constexpr int kThreads = 8;
   write_pattern_file(dir_ / "in", kPiece * kThreads, kSeed);
-  FakeDeviceMemory mem(kPiece * kThreads);
-  mem.fill(std::byte{0});
-  auto dev = Device::open(0, Engine::compat);
-  auto reg = dev.register_memory(mem.data(), mem.size());
+  const Zeroed z(kPiece * kThreads);
+  FakeDeviceMemory &mem = *z.memory;
+  const Registration &reg = z.reg;
   File f(dir_ / "in", O_RDONLY);
   std::vector<std::size_t> got(kThreads, 0);
   {
@@ -224,10 +226,9 @@ TEST_F(CompatEngine, IoIntoFreedOrReallocatedMemoryFailsClearly) {
 TEST_F(CompatEngine, CudaCopyFailureIsReportedAndRecovered) {
   constexpr std::size_t kSize = (std::size_t{40} << 20) + 4096;  // several chunks
   write_pattern_file(dir_ / "in", kSize, kSeed);
-  FakeDeviceMemory mem(kSize);
-  mem.fill(std::byte{0});
-  auto dev = Device::open(0, Engine::compat);
-  auto reg = dev.register_memory(mem.data(), mem.size());
+  const Zeroed z(kSize);
+  FakeDeviceMemory &mem = *z.memory;
+  const Registration &reg = z.reg;
   File f(dir_ / "in", O_RDONLY);
   // An inline lane's only copy, then a worker's second chunk.
   for (const auto &[size, nth] : {std::pair{std::size_t{65536}, 1U}, std::pair{kSize, 2U}}) {
@@ -268,17 +269,14 @@ TEST_F(CompatEngine, ReadsWaitForTheirCopies) {
 TEST_F(CompatEngine, ReadAsyncRunsAfterTheWorkBeforeIt) {
   constexpr std::size_t kSize = (std::size_t{12} << 20) + 77;
   write_pattern_file(dir_ / "in", kSize + 1000, kSeed);
-  FakeDeviceMemory mem(kSize);
-  mem.fill(std::byte{0});
-  auto dev = Device::open(0, Engine::compat);
-  auto reg = dev.register_memory(mem.data(), mem.size());
+  const Zeroed z(kSize);
+  FakeDeviceMemory &mem = *z.memory;
+  const Registration &reg = z.reg;
   File f(dir_ / "in", O_RDONLY);
   const FakeStream stream;
   ssize_t done = -7;
   // A slow "kernel" fills the buffer first: the read must land after it.
-  ASSERT_EQ(phx_fake_cuda_enqueue_fill(stream.get(), reinterpret_cast<std::uintptr_t>(mem.data()),
-                                       kSize, 0x11, 200000),
-            0);
+  ASSERT_EQ(phx_fake_cuda_enqueue_fill(stream.get(), mem.device_pointer(), kSize, 0x11, 200000), 0);
   f.read_async(reg, 0, kSize, 1000, &done, stream.get());
   stream.synchronize();
   ASSERT_EQ(done, static_cast<ssize_t>(kSize));
@@ -292,18 +290,15 @@ TEST_F(CompatEngine, ReadAsyncRunsAfterTheWorkBeforeIt) {
 TEST_F(CompatEngine, WorkAfterReadAsyncSeesTheFile) {
   constexpr std::size_t kSize = (std::size_t{40} << 20) + 4096;
   write_pattern_file(dir_ / "in", kSize, kSeed);
-  FakeDeviceMemory mem(kSize);
-  mem.fill(std::byte{0});
-  auto dev = Device::open(0, Engine::compat);
-  auto reg = dev.register_memory(mem.data(), mem.size());
+  const Zeroed z(kSize);
+  FakeDeviceMemory &mem = *z.memory;
+  const Registration &reg = z.reg;
   File f(dir_ / "in", O_RDONLY);
   const FakeStream stream;
   ssize_t done = -7;
   f.read_async(reg, 0, kSize, 0, &done, stream.get());
   std::vector<std::byte> seen(kSize);
-  ASSERT_EQ(cuMemcpyDtoHAsync_v2(seen.data(), reinterpret_cast<std::uintptr_t>(mem.data()), kSize,
-                                 stream.get()),
-            0);
+  ASSERT_EQ(cuMemcpyDtoHAsync_v2(seen.data(), mem.device_pointer(), kSize, stream.get()), 0);
   stream.synchronize();
   ASSERT_EQ(done, static_cast<ssize_t>(kSize));
   const auto found = find_mismatch(seen, kSeed, 0);
@@ -313,16 +308,13 @@ TEST_F(CompatEngine, WorkAfterReadAsyncSeesTheFile) {
 
 TEST_F(CompatEngine, WriteAsyncWritesWhatTheStreamProduced) {
   constexpr std::size_t kSize = (std::size_t{10} << 20) + 123;
-  FakeDeviceMemory mem(kSize);
-  mem.fill(std::byte{0});
-  auto dev = Device::open(0, Engine::compat);
-  auto reg = dev.register_memory(mem.data(), mem.size());
+  const Zeroed z(kSize);
+  FakeDeviceMemory &mem = *z.memory;
+  const Registration &reg = z.reg;
   File f(dir_ / "out", O_RDWR | O_CREAT);
   const FakeStream stream;
   ssize_t done = -7;
-  ASSERT_EQ(phx_fake_cuda_enqueue_fill(stream.get(), reinterpret_cast<std::uintptr_t>(mem.data()),
-                                       kSize, 0x5a, 200000),
-            0);
+  ASSERT_EQ(phx_fake_cuda_enqueue_fill(stream.get(), mem.device_pointer(), kSize, 0x5a, 200000), 0);
   f.write_async(reg, 0, kSize, 4096, &done, stream.get());
   stream.synchronize();
   ASSERT_EQ(done, static_cast<ssize_t>(kSize));

@@ -39,15 +39,7 @@ void PrintTo(const GatherCase &c, std::ostream *os) {
       << c.delay_us;
 }
 
-class CompatGatherFake : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { use_fake_cuda(); }
-  void TearDown() override {
-    phx_fake_cuda_clear_failures();
-    phx_fake_cuda_set_op_delay_us(0);
-  }
-  TempDir dir_;
-};
+using CompatGatherFake = FakeGpuTest;
 
 class CompatGatherShapes : public CompatGatherFake,
                            public ::testing::WithParamInterface<GatherCase> {};
@@ -235,8 +227,7 @@ TEST_F(CompatGatherFake, StreamOrderedScatterWaitsForTheWorkBeforeIt) {
   const auto ids = iota(kCount);
   const FakeStream stream;
   // A 200 ms "kernel" fills the pool: a scatter that does not wait writes zeros.
-  ASSERT_EQ(phx_fake_cuda_enqueue_fill(stream.get(), reinterpret_cast<std::uintptr_t>(pool.data()),
-                                       pool.size(), 9, 200000),
+  ASSERT_EQ(phx_fake_cuda_enqueue_fill(stream.get(), pool.device_pointer(), pool.size(), 9, 200000),
             0);
   Gather gather(dev);
   GatherResult result;
@@ -269,9 +260,7 @@ TEST_F(CompatGatherFake, StreamOrderedGatherHoldsBackTheWorkAfterIt) {
   gather.read_on_stream(paged_blocks(file, reg, kBlock, blocks, slots), &result, stream.get());
   // A copy enqueued after the gather must see every gathered block.
   std::vector<std::byte> seen(kCount * kBlock);
-  ASSERT_EQ(cuMemcpyDtoHAsync_v2(seen.data(), reinterpret_cast<std::uintptr_t>(pool.data()),
-                                 seen.size(), stream.get()),
-            0);
+  ASSERT_EQ(cuMemcpyDtoHAsync_v2(seen.data(), pool.device_pointer(), seen.size(), stream.get()), 0);
   stream.synchronize();
   EXPECT_TRUE(result.ok());
   expect_blocks(seen, kBlock, blocks, slots);

@@ -21,11 +21,7 @@ using phx::test::TestTensor;
 namespace phx::test {
 namespace {
 
-class SafetensorsCompat : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { use_fake_cuda(); }
-  TempDir dir_;
-};
+using SafetensorsCompat = FakeGpuTest;
 
 st::LoadOptions compat_options() {
   st::LoadOptions o;
