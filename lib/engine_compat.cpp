@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <mutex>
+#include <system_error>
 
 #include "compat_mapping.hpp"
 #include "copy_pool.hpp"
@@ -82,7 +83,15 @@ class CompatBackend final : public EngineBackend {
         failed.detail = std::move(lost);
         return failed;
       }
-    } catch (...) {
+    } catch (const std::system_error &e) {  // making the context current failed
+      TransferResult failed;
+      failed.error = e.code().value();
+      try {
+        failed.detail = e.what();
+      } catch (...) {  // NOLINT(bugprone-empty-catch): the errno alone then
+      }
+      return failed;
+    } catch (...) {  // the message's string
       TransferResult failed;
       failed.error = ENOMEM;
       return failed;

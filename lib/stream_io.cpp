@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "compat_mapping.hpp"
 #include "copy_pool.hpp"
 #include "cuda/driver_api.hpp"
 #include "cuda/gpu.hpp"
@@ -545,6 +546,13 @@ void StreamIo::submit(StreamRequest request, CUstream_st *stream) {
     throw_errno(EINVAL,
                 "the stream is capturing a CUDA graph; stream-ordered I/O cannot be "
                 "captured");
+  }
+  if (request.device->engine() == Engine::compat) {
+    // Freed since it was registered: refuse now rather than copy into
+    // whatever holds the address by the time the stream gets there.
+    if (std::string lost = compat_allocation_lost(*request.mapping); !lost.empty()) {
+      throw_errno(EFAULT, lost);
+    }
   }
   auto op = std::make_shared<Op>();
   op->request = std::move(request);

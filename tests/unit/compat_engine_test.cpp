@@ -221,6 +221,37 @@ TEST_F(CompatEngine, IoIntoFreedOrReallocatedMemoryFailsClearly) {
   EXPECT_EQ(f.read(fresh, 0, 65536, 0), 65536U);
 }
 
+// read_async/write_async on memory freed since it was registered are
+// refused when called, with the file, offset and size named.
+TEST_F(CompatEngine, AsyncIoIntoFreedMemoryIsRefused) {
+  write_pattern_file(dir_ / "in", 65536, kSeed);
+  auto mem = std::make_unique<FakeDeviceMemory>(65536);
+  auto dev = Device::open(0, Engine::compat);
+  auto reg = dev.register_memory(mem->data(), mem->size());
+  mem.reset();
+  const FakeDeviceMemory next(65536);  // most likely at the same address
+  File f(dir_ / "in", O_RDWR);
+  const FakeStream stream;
+  ssize_t done = -7;
+  for (const bool write : {false, true}) {
+    try {
+      if (write) {
+        f.write_async(reg, 0, 65536, 0, &done, stream.get());
+      } else {
+        f.read_async(reg, 0, 65536, 4096, &done, stream.get());
+      }
+      ADD_FAILURE() << (write ? "write_async" : "read_async") << " on freed memory was accepted";
+    } catch (const std::system_error &e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.code().value(), EFAULT) << what;
+      EXPECT_NE(what.find("freed while registered"), std::string::npos) << what;
+      EXPECT_NE(what.find("65536"), std::string::npos) << what;
+    }
+  }
+  stream.synchronize();
+  EXPECT_EQ(done, -7) << "a refused operation reported a result";
+}
+
 // A copy the driver refuses fails the read with the file, offset and size
 // named, and the next read is whole: no chunk is left behind.
 TEST_F(CompatEngine, CudaCopyFailureIsReportedAndRecovered) {
