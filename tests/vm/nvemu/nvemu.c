@@ -12,6 +12,9 @@
  * Like the driver, put_pages of a table whose free callback is running
  * waits for the callback and then returns 0, and so does put_pages of a
  * table a callback has already freed: the callback owns the table then.
+ * Like the driver, put_pages names the mapping by its virtual address and
+ * its table together: a table allocated at a freed table's address for
+ * another allocation is not the one a late put_pages of the old one means.
  *
  * Fault injection for phxfs's checks: the "fault" parameter makes the next
  * tables carry 1 = a wrong major version, 2 = 4 KiB page size, 3 = a page
@@ -75,6 +78,7 @@ struct nvemu_pin {
 struct nvemu_spent {
 	struct list_head node;
 	const struct nvidia_p2p_page_table *table;
+	u64 va;
 };
 
 static DEFINE_MUTEX(nvemu_lock);
@@ -157,12 +161,13 @@ static int nvemu_make_table(struct nvemu_alloc_rec *a, u64 va, u64 len,
 }
 
 /* Under nvemu_lock: forget spent table @t; true if it was one. */
-static bool nvemu_spent_drop_locked(const struct nvidia_p2p_page_table *t)
+static bool nvemu_spent_drop_locked(const struct nvidia_p2p_page_table *t,
+				    u64 va)
 {
 	struct nvemu_spent *sp;
 
 	list_for_each_entry(sp, &nvemu_spent_tables, node) {
-		if (sp->table == t) {
+		if (sp->table == t && sp->va == va) {
 			list_del(&sp->node);
 			kfree(sp);
 			return true;
@@ -195,8 +200,8 @@ static int nvemu_pin(u64 va, u64 len, struct nvidia_p2p_page_table **table,
 	ret = nvemu_make_table(a, va, len, &pin->table);
 	if (ret)
 		goto err;
-	/* A new table at a spent one's address is not that one. */
-	nvemu_spent_drop_locked(pin->table);
+	/* A new table at a spent one's address (and VA) is not that one. */
+	nvemu_spent_drop_locked(pin->table, va);
 	pin->alloc = a;
 	pin->va = va;
 	pin->persistent = persistent;
@@ -226,33 +231,36 @@ static void nvemu_release_alloc_locked(struct nvemu_alloc_rec *a)
 	nvemu_stats.allocs_live--;
 }
 
-static struct nvemu_pin *nvemu_find_pin(struct nvidia_p2p_page_table *t)
+/* The pin of table @t at @va (any VA for free_page_table: U64_MAX). */
+static struct nvemu_pin *nvemu_find_pin(struct nvidia_p2p_page_table *t,
+					u64 va)
 {
 	struct nvemu_alloc_rec *a;
 	struct nvemu_pin *pin;
 
 	list_for_each_entry(a, &nvemu_allocs, node)
 		list_for_each_entry(pin, &a->pins, node)
-			if (pin->table == t)
+			if (pin->table == t && (va == U64_MAX || pin->va == va))
 				return pin;
 	return NULL;
 }
 
-static int nvemu_unpin(struct nvidia_p2p_page_table *t, bool persistent)
+static int nvemu_unpin(struct nvidia_p2p_page_table *t, u64 va,
+		       bool persistent)
 {
 	struct nvemu_alloc_rec *a;
 	struct nvemu_pin *pin;
 
 	mutex_lock(&nvemu_lock);
-	pin = nvemu_find_pin(t);
+	pin = nvemu_find_pin(t, va);
 	while (pin && pin->revoking && !persistent && nvemu_callbacks_running) {
 		/* The driver serialises put_pages with a running callback. */
 		mutex_unlock(&nvemu_lock);
 		usleep_range(100, 500);
 		mutex_lock(&nvemu_lock);
-		pin = nvemu_find_pin(t);
+		pin = nvemu_find_pin(t, va);
 	}
-	if (!pin && !persistent && nvemu_spent_drop_locked(t)) {
+	if (!pin && !persistent && nvemu_spent_drop_locked(t, va)) {
 		/* Its callback freed it: nothing left to put, as in the driver. */
 		nvemu_stats.raced_puts++;
 		mutex_unlock(&nvemu_lock);
@@ -289,7 +297,7 @@ EXPORT_SYMBOL_GPL(nvidia_p2p_get_pages);
 int nvidia_p2p_put_pages(u64 p2p_token, u32 va_space, u64 virtual_address,
 			 struct nvidia_p2p_page_table *page_table)
 {
-	return nvemu_unpin(page_table, false);
+	return nvemu_unpin(page_table, virtual_address, false);
 }
 EXPORT_SYMBOL_GPL(nvidia_p2p_put_pages);
 
@@ -300,7 +308,7 @@ int nvidia_p2p_free_page_table(struct nvidia_p2p_page_table *page_table)
 	struct nvemu_pin *pin;
 
 	mutex_lock(&nvemu_lock);
-	pin = nvemu_find_pin(page_table);
+	pin = nvemu_find_pin(page_table, U64_MAX);
 	if (!pin || !pin->revoking) {
 		mutex_unlock(&nvemu_lock);
 		kfree(spent);
@@ -311,6 +319,7 @@ int nvidia_p2p_free_page_table(struct nvidia_p2p_page_table *page_table)
 	nvemu_stats.pins_live--;
 	if (spent) {
 		spent->table = page_table;
+		spent->va = pin->va;
 		list_add(&spent->node, &nvemu_spent_tables);
 	}
 	mutex_unlock(&nvemu_lock);
@@ -340,7 +349,7 @@ int nvidia_p2p_put_pages_persistent(u64 virtual_address,
 				    struct nvidia_p2p_page_table *page_table,
 				    u32 flags)
 {
-	return nvemu_unpin(page_table, true);
+	return nvemu_unpin(page_table, virtual_address, true);
 }
 EXPORT_SYMBOL_GPL(nvidia_p2p_put_pages_persistent);
 
@@ -573,9 +582,12 @@ static void __exit nvemu_exit(void)
 		       nvemu_stats.pins_live);
 	list_for_each_entry_safe(a, tmp, &nvemu_allocs, node)
 		nvemu_release_alloc_locked(a);
-	while (!list_empty(&nvemu_spent_tables))
-		nvemu_spent_drop_locked(list_first_entry(&nvemu_spent_tables,
-							 struct nvemu_spent, node)->table);
+	while (!list_empty(&nvemu_spent_tables)) {
+		struct nvemu_spent *sp = list_first_entry(&nvemu_spent_tables,
+							  struct nvemu_spent, node);
+
+		nvemu_spent_drop_locked(sp->table, sp->va);
+	}
 	bitmap_free(nvemu_bitmap);
 	pci_dev_put(nvemu_pdev);
 }
