@@ -77,6 +77,9 @@ Loaded load() {
       resolve(library, "cuEventQuery", d.EventQuery, missing) &&
       resolve(library, "cuMemcpyHtoDAsync_v2", d.MemcpyHtoDAsync, missing) &&
       resolve(library, "cuMemcpyDtoHAsync_v2", d.MemcpyDtoHAsync, missing);
+  // Optional entry points: missing ones stay null.
+  d.MemcpyBatchAsync = reinterpret_cast<decltype(d.MemcpyBatchAsync)>(  // NOLINT: dlsym's address
+      ::dlsym(library, "cuMemcpyBatchAsync_v2"));
   if (!all) {
     loaded.reason = "CUDA driver " + library_name + " lacks " + missing + " (driver too old)";
     return loaded;  // the library stays loaded: harmless, and it may be in use elsewhere

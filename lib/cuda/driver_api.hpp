@@ -55,6 +55,21 @@ inline constexpr unsigned kStreamNonBlocking = 0x1;        // CU_STREAM_NON_BLOC
 inline constexpr unsigned kStreamWaitValueGeq = 0x0;       // CU_STREAM_WAIT_VALUE_GEQ
 inline constexpr unsigned kStreamWriteValueDefault = 0x0;  // CU_STREAM_WRITE_VALUE_DEFAULT
 inline constexpr int kStreamCaptureStatusNone = 0;         // CU_STREAM_CAPTURE_STATUS_NONE
+inline constexpr int kMemcpySrcAccessOrderStream = 1;      // CU_MEMCPY_SRC_ACCESS_ORDER_STREAM
+
+/// CUmemLocation: a location hint, unused here (zero: no hint).
+struct MemLocation {
+  int type = 0;
+  int id = 0;
+};
+
+/// CUmemcpyAttributes, for cuMemcpyBatchAsync.
+struct MemcpyAttributes {
+  int src_access_order = kMemcpySrcAccessOrderStream;
+  MemLocation src_location_hint;
+  MemLocation dst_location_hint;
+  unsigned flags = 0;
+};
 
 /// Entry points, resolved once.  Names in comments are the exported symbols.
 struct Driver {
@@ -91,6 +106,10 @@ struct Driver {
   CUresult (*EventQuery)(CUevent) = nullptr;                         // cuEventQuery
   CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void *, std::size_t, CUstream) = nullptr;  // _v2
   CUresult (*MemcpyDtoHAsync)(void *, CUdeviceptr, std::size_t, CUstream) = nullptr;        // _v2
+  // Optional (null before CUDA 13's driver): cuMemcpyBatchAsync_v2, many
+  // copies for the CPU cost of about one.
+  CUresult (*MemcpyBatchAsync)(CUdeviceptr *, CUdeviceptr *, std::size_t *, std::size_t,
+                               MemcpyAttributes *, std::size_t *, std::size_t, CUstream) = nullptr;
 };
 
 /// The driver, loaded and initialised on first use; null when libcuda.so.1

@@ -60,6 +60,14 @@ struct CUstream_st {
   std::shared_ptr<StreamState> state;
 };
 
+// CUmemcpyAttributes (cuda.h, CUDA 12.8+).
+struct CUmemcpyAttributes_st {
+  int src_access_order;  // CUmemcpySrcAccessOrder: 1 stream, 2 during the call, 3 any
+  int src_location[2];   // CUmemLocation hints, ignored
+  int dst_location[2];
+  unsigned flags;
+};
+
 struct CUevent_st {
   std::mutex mutex;
   std::shared_ptr<StreamState> stream;  // null: never recorded (complete)
@@ -143,9 +151,12 @@ struct Globals {
   unsigned long long next_buffer_id = 1;  // NOLINT(google-runtime-int): never reused, as CUDA's
   std::atomic<long> copies{0};
   std::atomic<unsigned> op_delay_us{0};
-  std::string fail_call;
-  unsigned fail_nth = 0;
-  int fail_error = 0;
+  std::atomic<long> copy_batches{0};
+  struct Failure {
+    unsigned nth = 0;
+    int error = 0;
+  };
+  std::map<std::string, Failure> failures;  // by entry point
 };
 
 // Never destroyed: stream workers may still run while the process exits.
@@ -212,13 +223,11 @@ StreamState &stream_of(CUstream_st *stream) {
 CUresult injected(const char *call) {
   Globals &g = globals();
   const std::lock_guard lock(g.mutex);
-  if (g.fail_nth == 0 || g.fail_call != call) {
+  const auto it = g.failures.find(call);
+  if (it == g.failures.end() || it->second.nth == 0 || --it->second.nth != 0) {
     return kSuccess;
   }
-  if (--g.fail_nth != 0) {
-    return kSuccess;
-  }
-  return g.fail_error;
+  return it->second.error;
 }
 
 // The alias of [address, address + size) when it lies in one device
@@ -832,6 +841,58 @@ CUresult cuMemcpyDtoHAsync_v2(void *destination, CUdeviceptr source, std::size_t
   return kSuccess;
 }
 
+// Checked as strictly as the documentation states: a non-null stream that
+// is not the legacy one, attributes that start at copy 0 and rise, a valid
+// source order for each; every copy between pinned or pageable host memory
+// and one device allocation.  The copies run in reverse order, since a
+// batch promises none: a caller that depends on their order sees it.
+CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, std::size_t *sizes,
+                               std::size_t count, CUmemcpyAttributes_st *attrs,
+                               std::size_t *attr_indices, std::size_t attr_count,
+                               CUstream_st *stream) {
+  if (reinterpret_cast<std::uintptr_t>(stream) <= 1 || count == 0 || dsts == nullptr ||
+      srcs == nullptr || sizes == nullptr || attrs == nullptr || attr_indices == nullptr ||
+      attr_count == 0 || attr_count > count || attr_indices[0] != 0) {
+    return kInvalidValue;
+  }
+  for (std::size_t a = 0; a < attr_count; ++a) {
+    if ((a > 0 && attr_indices[a] <= attr_indices[a - 1]) || attr_indices[a] >= count ||
+        attrs[a].src_access_order < 1 || attrs[a].src_access_order > 3) {
+      return kInvalidValue;
+    }
+  }
+  struct Planned {
+    std::byte *to;
+    const std::byte *from;
+    std::size_t size;
+  };
+  std::vector<Planned> planned;
+  planned.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    if (std::byte *to = device_alias(dsts[i], sizes[i]); to != nullptr) {
+      planned.push_back({to, reinterpret_cast<const std::byte *>(srcs[i]), sizes[i]});
+    } else if (const std::byte *from = device_alias(srcs[i], sizes[i]); from != nullptr) {
+      planned.push_back({reinterpret_cast<std::byte *>(dsts[i]), from, sizes[i]});
+    } else {
+      return kInvalidValue;
+    }
+    if (planned.back().to == nullptr || planned.back().from == nullptr) {
+      return kInvalidValue;
+    }
+  }
+  if (const CUresult r = injected("cuMemcpyBatchAsync"); r != kSuccess) {
+    return r;
+  }
+  globals().copy_batches.fetch_add(1);
+  stream_of(stream).push([planned = std::move(planned)] {
+    for (auto it = planned.rbegin(); it != planned.rend(); ++it) {
+      std::memcpy(it->to, it->from, it->size);
+      globals().copies.fetch_add(1);
+    }
+  });
+  return kSuccess;
+}
+
 // -- the control API (fake_cuda.h) ----------------------------------------------------------
 
 void phx_fake_cuda_get_counts(struct phx_fake_cuda_counts *out) {
@@ -846,6 +907,7 @@ void phx_fake_cuda_get_counts(struct phx_fake_cuda_counts *out) {
     out->contexts += r;
   }
   out->copies = g.copies.load();
+  out->copy_batches = g.copy_batches.load();
 }
 
 void phx_fake_cuda_set_op_delay_us(unsigned delay_us) {
@@ -855,13 +917,13 @@ void phx_fake_cuda_set_op_delay_us(unsigned delay_us) {
 void phx_fake_cuda_fail_call(const char *call, unsigned nth, int error) {
   Globals &g = globals();
   const std::lock_guard lock(g.mutex);
-  g.fail_call = call;
-  g.fail_nth = nth;
-  g.fail_error = error;
+  g.failures[call] = {nth, error};
 }
 
 void phx_fake_cuda_clear_failures(void) {
-  phx_fake_cuda_fail_call("", 0, 0);
+  Globals &g = globals();
+  const std::lock_guard lock(g.mutex);
+  g.failures.clear();
 }
 
 int phx_fake_cuda_enqueue_fill(struct CUstream_st *stream, unsigned long long dptr,  // NOLINT

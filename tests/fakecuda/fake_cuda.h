@@ -38,6 +38,7 @@ struct phx_fake_cuda_counts {
   long host_allocs;   /* cuMemHostAlloc without cuMemFreeHost */
   long contexts;      /* primary-context retains without release */
   long copies;        /* asynchronous copies run so far */
+  long copy_batches;  /* cuMemcpyBatchAsync calls accepted so far */
 };
 void phx_fake_cuda_get_counts(struct phx_fake_cuda_counts *out);
 
@@ -46,11 +47,12 @@ void phx_fake_cuda_set_op_delay_us(unsigned delay_us);
 
 /**
  * The @nth next call (1 = the next one) of the entry point @call (e.g.
- * "cuMemcpyHtoDAsync") returns @error instead of doing anything.
+ * "cuMemcpyHtoDAsync") returns @error instead of doing anything.  One
+ * failure per entry point: several entry points can each have one.
  */
 void phx_fake_cuda_fail_call(const char *call, unsigned nth, int error);
 
-/** Clears the failure set by phx_fake_cuda_fail_call(). */
+/** Clears the failures set by phx_fake_cuda_fail_call(). */
 void phx_fake_cuda_clear_failures(void);
 
 /**

@@ -5,6 +5,7 @@
 #include <cuda.h>
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -42,6 +43,17 @@ static_assert(std::is_same_v<cu::CUstream, CUstream>);
 static_assert(std::is_same_v<cu::CUcontext, CUcontext>);
 static_assert(std::is_same_v<cu::CUevent, CUevent>);
 static_assert(sizeof(cu::CUresult) == sizeof(CUresult));
+static_assert(cu::kMemcpySrcAccessOrderStream == CU_MEMCPY_SRC_ACCESS_ORDER_STREAM);
+static_assert(sizeof(cu::MemLocation) == sizeof(CUmemLocation));
+static_assert(offsetof(cu::MemLocation, id) == offsetof(CUmemLocation, id));
+static_assert(sizeof(cu::MemcpyAttributes) == sizeof(CUmemcpyAttributes));
+static_assert(offsetof(cu::MemcpyAttributes, src_access_order) ==
+              offsetof(CUmemcpyAttributes, srcAccessOrder));
+static_assert(offsetof(cu::MemcpyAttributes, src_location_hint) ==
+              offsetof(CUmemcpyAttributes, srcLocHint));
+static_assert(offsetof(cu::MemcpyAttributes, dst_location_hint) ==
+              offsetof(CUmemcpyAttributes, dstLocHint));
+static_assert(offsetof(cu::MemcpyAttributes, flags) == offsetof(CUmemcpyAttributes, flags));
 // The entry points the table resolves by name, against their prototypes:
 // the same parameters (our CUresult is an int where cuda.h has an enum).
 template <class Ours, class Theirs>
@@ -55,6 +67,13 @@ static_assert(SameParameters<decltype(cu::Driver::EventQuery), decltype(&cuEvent
 static_assert(
     SameParameters<decltype(cu::Driver::EventSynchronize), decltype(&cuEventSynchronize)>{});
 static_assert(SameParameters<decltype(cu::Driver::MemHostAlloc), decltype(&cuMemHostAlloc)>{});
+// cuda.h's cuMemcpyBatchAsync is the _v2 symbol (no failIdx) in CUDA 13;
+// Driver::MemcpyBatchAsync has this shape with our MemcpyAttributes,
+// checked field by field above.
+using TheirBatch = decltype(&cuMemcpyBatchAsync);
+using OurBatch = CUresult (*)(CUdeviceptr *, CUdeviceptr *, std::size_t *, std::size_t,
+                              CUmemcpyAttributes *, std::size_t *, std::size_t, CUstream);
+static_assert(std::is_same_v<TheirBatch, OurBatch>);
 static_assert(sizeof(cu::CUdevice) == sizeof(CUdevice));
 
 TEST(CudaAbi, DriverLoadsOrSaysWhyNot) {

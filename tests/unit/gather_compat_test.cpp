@@ -7,6 +7,7 @@
 // variants keep the stream's order.  tests/gpu runs the same on a GPU.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>  // setenv/unsetenv are POSIX, not in <cstdlib>
 
 #include <algorithm>
 #include <cerrno>
@@ -127,11 +128,38 @@ TEST_F(CompatGatherFake, PastEndOfFileFailsOnlyThoseBlocks) {
   EXPECT_FALSE(find_mismatch({pool_bytes.data(), 5 * kBlock}, kSeed, 0).has_value());
 }
 
+struct RefusedCopyCase {
+  const char *name;
+  bool batch;  // PHX_GATHER_BATCH_COPIES
+};
+
+void PrintTo(const RefusedCopyCase &c, std::ostream *os) {
+  *os << c.name;
+}
+
+class RefusedCopy : public CompatGatherFake, public ::testing::WithParamInterface<RefusedCopyCase> {
+ protected:
+  void TearDown() override {
+    ::unsetenv("PHX_GATHER_BATCH_COPIES");
+    CompatGatherFake::TearDown();
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(FakeGpu, RefusedCopy,
+                         ::testing::Values(RefusedCopyCase{"Batched", true},
+                                           RefusedCopyCase{"OneByOne", false}),
+                         [](const ::testing::TestParamInfo<RefusedCopyCase> &param_info) {
+                           return std::string(param_info.param.name);
+                         });
+
 // The driver refuses one copy: that request fails with an errno, every
-// other block still lands.
-TEST_F(CompatGatherFake, RefusedCopyFailsOnlyItsRequest) {
+// other block still lands.  Batched, the driver refuses a whole batch; the
+// mover then copies that batch one by one, and the one copy refused then
+// is the only failure.
+TEST_P(RefusedCopy, FailsOnlyItsRequest) {
   constexpr std::size_t kBlock = 16384;
   constexpr std::size_t kCount = 64;
+  ::setenv("PHX_GATHER_BATCH_COPIES", GetParam().batch ? "1" : "0", 1);
   write_pattern_file(dir_ / "kv", kCount * kBlock, kSeed);
   auto dev = Device::open(0, Engine::compat);
   FakeDeviceMemory pool(kCount * kBlock);
@@ -142,11 +170,27 @@ TEST_F(CompatGatherFake, RefusedCopyFailsOnlyItsRequest) {
   auto slots = iota(kCount);
   std::shuffle(slots.begin(), slots.end(), std::mt19937_64(5));  // nothing merges
   Gather gather(dev);
-  gather.prepare();
-  phx_fake_cuda_fail_call("cuMemcpyHtoDAsync", 10, 1);
+  const phx_fake_cuda_counts before = fake_counts();
+  ASSERT_TRUE(gather.read(paged_blocks(file, reg, kBlock, blocks, slots)).ok());
+  const phx_fake_cuda_counts between = fake_counts();
+  if (GetParam().batch) {
+    EXPECT_GE(between.copy_batches - before.copy_batches, 1) << "no copy went in a batch";
+  } else {
+    EXPECT_EQ(between.copy_batches, before.copy_batches) << "batched although switched off";
+  }
+  EXPECT_EQ(between.copies - before.copies, static_cast<long>(kCount));
+  pool.fill(std::byte{0});
+  if (GetParam().batch) {
+    phx_fake_cuda_fail_call("cuMemcpyBatchAsync", 1, 1);
+    phx_fake_cuda_fail_call("cuMemcpyHtoDAsync", 1, 1);
+  } else {
+    phx_fake_cuda_fail_call("cuMemcpyHtoDAsync", 10, 1);
+  }
   const GatherResult r = gather.read(paged_blocks(file, reg, kBlock, blocks, slots));
+  EXPECT_EQ(fake_counts().copies - between.copies, static_cast<long>(kCount - 1));
   ASSERT_EQ(r.failures.size(), 1U);
-  EXPECT_NE(r.failures[0].error, 0);
+  EXPECT_EQ(r.failures[0].error, EFAULT);  // CUDA_ERROR_INVALID_VALUE
+  EXPECT_EQ(r.bytes, (kCount - 1) * kBlock);
   const std::size_t failed = r.failures[0].index;
   const auto pool_bytes = pool.download();
   for (std::size_t i = 0; i < kCount; ++i) {
