@@ -18,16 +18,29 @@
  * freed nothing.  So a callback that fires always frees the table, even
  * when DEREGISTER (or release) already owns the registration's teardown;
  * the teardown then skips put_pages if it has not called it yet.
+ *
+ * Current drivers free the table themselves as soon as our callback
+ * returns (nvidia_p2p_free_page_table() is a no-op there), and the driver
+ * names a mapping by its virtual address and table.  Between the
+ * teardown's look at freed_by_callback and its put_pages, a callback can
+ * run to the end; a get_pages of the same virtual address (the memory
+ * allocated again) can then be handed a table at the freed one's address,
+ * and the late put_pages would unpin that new mapping.  phxfs_nv_put_lock
+ * keeps phxfs's own get_pages out of that window.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/module.h>
+#include <linux/mutex.h>
 #include <linux/slab.h>
 #include <linux/spinlock.h>
 #include <linux/string.h>
 
 #include "nv_p2p.h"
 #include "phxfs.h"
+
+/* Legacy API: no get_pages between a teardown's check and its put_pages. */
+static DEFINE_MUTEX(phxfs_nv_put_lock);
 
 static char *nv_api = "auto";
 module_param(nv_api, charp, 0444);
@@ -158,18 +171,22 @@ static int phxfs_nv_release(struct phxfs_reg *reg, struct phxfs_nv_pin *pin)
 			symbol_get(nvidia_p2p_put_pages);
 		bool freed;
 
+		/*
+		 * A callback that fires after the check either finds us in
+		 * put_pages, which waits for it and then returns 0, or ends
+		 * before the call; the table it leaves behind cannot have been
+		 * handed to a new get_pages of ours, which waits for the lock.
+		 */
+		mutex_lock(&phxfs_nv_put_lock);
 		spin_lock(&pin->lock);
 		freed = pin->freed_by_callback;
 		spin_unlock(&pin->lock);
-		/*
-		 * A callback that fires after this point finds us in put_pages,
-		 * which waits for it and then returns 0 without freeing.
-		 */
 		if (freed)
 			ret = 0;
 		else
 			ret = put ? put(0, 0, reg->device_addr, pin->table) :
 				    -ENODEV;
+		mutex_unlock(&phxfs_nv_put_lock);
 		if (put)
 			symbol_put(nvidia_p2p_put_pages);
 		/* The references taken at pin time. */
@@ -264,9 +281,17 @@ static int phxfs_nv_pin(struct phxfs_reg *reg)
 			if (!symbol_get(nvidia_p2p_put_pages)) {
 				symbol_put(nvidia_p2p_get_pages);
 			} else {
+				/*
+				 * Not inside a teardown's window (see
+				 * phxfs_nv_release()).  Only pins without a
+				 * table wait here, so no free callback, which
+				 * may wait for our create_lock, waits on them.
+				 */
+				mutex_lock(&phxfs_nv_put_lock);
 				ret = get(0, 0, reg->device_addr, reg->length,
 					  &pin->table, phxfs_nv_free_callback,
 					  reg);
+				mutex_unlock(&phxfs_nv_put_lock);
 				if (ret) {
 					symbol_put(nvidia_p2p_put_pages);
 					symbol_put(nvidia_p2p_get_pages);

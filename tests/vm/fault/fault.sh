@@ -106,10 +106,17 @@ fi
 if insmod $here/nvemu.ko "bdf=$bdf3" offset=1048576; then
 	# legacy-deregister-race: DEREGISTER racing cudaFree's callback, the
 	# regression test of finding 7 (docs/hardening.md).
-	modes="legacy persistent legacy-deregister-race"
+	# legacy-deregister-reuse: the same with freed GPU memory and page
+	# tables handed out again at once and put_pages entered late (finding 8).
+	modes="legacy persistent legacy-deregister-race legacy-deregister-reuse"
+	nvparams=/sys/module/nvemu/parameters
 	for api in $modes; do
 		arg=""
 		[ $api != persistent ] && arg=nv_api=legacy
+		if [ $api = legacy-deregister-reuse ]; then
+			echo Y >$nvparams/reuse
+			echo 3000 >$nvparams/put_delay_us
+		fi
 		# shellcheck disable=SC2086
 		if insmod $here/phxfs.ko "nvidia=$bdf3@2" $arg; then
 			$here/phx-fault free-callback $api 0 "${PHX_FAULT_FREE_S:-10}" "$seed" || failed=1
@@ -117,6 +124,8 @@ if insmod $here/nvemu.ko "bdf=$bdf3" offset=1048576; then
 		else
 			result "fault/free_during_io_$api" fail "insmod phxfs nvidia=$bdf3@2 $arg"
 		fi
+		echo N >$nvparams/reuse
+		echo 0 >$nvparams/put_delay_us
 	done
 	if rmmod nvemu; then
 		result fault/rmmod_nvemu pass "nvemu unloads: no pin or allocation left"

@@ -14,7 +14,11 @@
  * deferred until the owner deregisters.  Owners end a round with cudaFree,
  * then DEREGISTER; mode legacy-deregister-race deregisters first, so that
  * DEREGISTER races the freer's callback (finding 7, fixed: the callback
- * frees the page table the teardown's put_pages no longer can).
+ * frees the page table the teardown's put_pages no longer can).  Mode
+ * legacy-deregister-reuse does the same with nvemu handing freed GPU
+ * addresses and page table memory out again at once and entering put_pages
+ * late (finding 8: a late put_pages must never name a new registration's
+ * table; fault.sh sets nvemu's reuse and put_delay_us).
  *
  * Checked: cudaFree always succeeds (the callback waits for the in-flight
  * I/O instead of failing or leaving pages pinned); a read either completes
@@ -54,7 +58,7 @@ struct free_slot {
 };
 
 static struct {
-  bool legacy, deregister_race;
+  bool legacy, deregister_race, reuse;
   unsigned int device;
   double deadline;
   uint64_t seed;
@@ -322,15 +326,22 @@ static int free_callback_test(char *detail, size_t len) {
            (unsigned long long)fr.seed, (unsigned long long)before.callbacks,
            (unsigned long long)after.callbacks, (unsigned long long)before.deferred_frees,
            (unsigned long long)after.deferred_frees);
+  /* The window finding 8 is about: a put_pages that came after its callback. */
+  if (fr.reuse)
+    EXPECT(after.raced_puts > before.raced_puts,
+           "seed %llu: no DEREGISTER's put_pages came after its callback (nvemu reuse mode)",
+           (unsigned long long)fr.seed);
   close(info_fd);
   close(fr.emu);
   snprintf(detail, len,
-           "seed %llu: %lu registrations, %lu frees by the freer, %llu callbacks, %llu deferred; "
-           "reads %lu whole / %lu revoked, writes %lu / %lu, %lu SIGBUS touches; nothing left",
+           "seed %llu: %lu registrations, %lu frees by the freer, %llu callbacks, %llu deferred, "
+           "%llu late put_pages; reads %lu whole / %lu revoked, writes %lu / %lu, %lu SIGBUS "
+           "touches; nothing left",
            (unsigned long long)fr.seed, atomic_load(&fr.registrations), atomic_load(&fr.frees_hit),
            (unsigned long long)(after.callbacks - before.callbacks),
            (unsigned long long)(after.deferred_frees - before.deferred_frees),
-           atomic_load(&fr.reads_ok), atomic_load(&fr.reads_efault), atomic_load(&fr.writes_ok),
+           (unsigned long long)(after.raced_puts - before.raced_puts), atomic_load(&fr.reads_ok),
+           atomic_load(&fr.reads_efault), atomic_load(&fr.writes_ok),
            atomic_load(&fr.writes_efault), atomic_load(&fr.touches_bus));
   return 0;
 }
@@ -338,7 +349,8 @@ static int free_callback_test(char *detail, size_t len) {
 int fault_free_callback(const char *mode, unsigned int device, double seconds, uint64_t seed) {
   char name[64];
 
-  fr.deregister_race = !strcmp(mode, "legacy-deregister-race");
+  fr.reuse = !strcmp(mode, "legacy-deregister-reuse");
+  fr.deregister_race = fr.reuse || !strcmp(mode, "legacy-deregister-race");
   fr.legacy = fr.deregister_race || !strcmp(mode, "legacy");
   fr.device = device;
   fr.seed = seed;

@@ -1,11 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * phx-fault free-callback legacy|persistent|legacy-deregister-race DEVICE SECONDS SEED
- * phx-fault mem-pressure SECONDS SEED
- * phx-fault nvme-remove BDF
- * The fault suite's module-level steps (fault.sh loads the modules each
- * needs); results in the rig's protocol on $PHX_REPORT.  Exit status 0 when
- * every check passed.
+ * phx-fault free-callback legacy|persistent|legacy-deregister-race|legacy-deregister-reuse DEVICE
+ * SECONDS SEED phx-fault mem-pressure SECONDS SEED phx-fault nvme-remove BDF The fault suite's
+ * module-level steps (fault.sh loads the modules each needs); results in the rig's protocol on
+ * $PHX_REPORT.  Exit status 0 when every check passed.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +22,8 @@ int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "nvme-remove"))
     return fault_nvme_remove(argv[2]);
   fprintf(stderr,
-          "usage: phx-fault free-callback legacy|persistent|legacy-deregister-race DEVICE SECONDS "
+          "usage: phx-fault free-callback "
+          "legacy|persistent|legacy-deregister-race|legacy-deregister-reuse DEVICE SECONDS "
           "SEED\n"
           "       phx-fault mem-pressure SECONDS SEED\n"
           "       phx-fault nvme-remove BDF\n");

@@ -19,6 +19,13 @@
  * Fault injection for phxfs's checks: the "fault" parameter makes the next
  * tables carry 1 = a wrong major version, 2 = 4 KiB page size, 3 = a page
  * outside the BAR, 4 = fail get_pages with -ENOMEM.
+ *
+ * Reuse, for the race of hardening.md's finding 8: "reuse" hands out freed
+ * GPU virtual addresses again at once (first fit, as caching allocators
+ * do; the memory behind them stays next-fit, so it is other memory) and
+ * gives the next get_pages the last freed table's memory, as a slab's free
+ * list would; "put_delay_us" makes legacy put_pages sleep before it looks the
+ * table up, which is the caller being preempted just before the call.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -48,6 +55,12 @@ MODULE_PARM_DESC(offset, "First BAR byte used (64 KiB aligned); lower bytes are 
 static int fault;
 module_param(fault, int, 0644);
 MODULE_PARM_DESC(fault, "Fault injection: 0 none, 1 version, 2 page size, 3 outside BAR, 4 ENOMEM");
+static bool reuse;
+module_param(reuse, bool, 0644);
+MODULE_PARM_DESC(reuse, "Reuse freed GPU addresses and page table memory at once");
+static uint put_delay_us;
+module_param(put_delay_us, uint, 0644);
+MODULE_PARM_DESC(put_delay_us, "Legacy put_pages sleeps this long before its lookup");
 static bool legacy_only;
 module_param(legacy_only, bool, 0444);
 MODULE_PARM_DESC(legacy_only, "Do not export the persistent API (an older driver)");
@@ -87,6 +100,8 @@ static LIST_HEAD(nvemu_spent_tables);
 /* Free callbacks running now (under nvemu_lock). */
 static unsigned int nvemu_callbacks_running;
 static unsigned long *nvemu_bitmap;
+/* GPU virtual addresses in use: NVEMU_VA_BASE + bit x NVEMU_GPU_PAGE. */
+static unsigned long *nvemu_va_bitmap;
 static unsigned long nvemu_nbits;
 /*
  * Next-fit: allocations move forward through the BAR and reuse freed space
@@ -94,6 +109,8 @@ static unsigned long nvemu_nbits;
  * stay there for the host's end-of-run comparison.
  */
 static unsigned long nvemu_cursor;
+/* With reuse: the last freed table's memory, for the next get_pages. */
+static struct nvidia_p2p_page_table *nvemu_recycled;
 static phys_addr_t nvemu_bar_start;
 static struct pci_dev *nvemu_pdev;
 static struct nvemu_stats nvemu_stats;
@@ -118,6 +135,8 @@ static void nvemu_free_table(struct nvidia_p2p_page_table *t)
 	for (i = 0; i < t->entries; i++)
 		kfree(t->pages[i]);
 	kfree(t->pages);
+	if (READ_ONCE(reuse) && !cmpxchg(&nvemu_recycled, NULL, t))
+		return;
 	kfree(t);
 }
 
@@ -127,7 +146,11 @@ static int nvemu_make_table(struct nvemu_alloc_rec *a, u64 va, u64 len,
 	struct nvidia_p2p_page_table *t;
 	u32 n = len / NVEMU_GPU_PAGE, i;
 
-	t = kzalloc(sizeof(*t), GFP_KERNEL);
+	t = xchg(&nvemu_recycled, NULL);
+	if (t)
+		memset(t, 0, sizeof(*t));
+	else
+		t = kzalloc(sizeof(*t), GFP_KERNEL);
 	if (!t)
 		return -ENOMEM;
 	t->version = fault == 1 ? 0x00020000 : NVIDIA_P2P_PAGE_TABLE_VERSION;
@@ -226,6 +249,8 @@ static void nvemu_release_alloc_locked(struct nvemu_alloc_rec *a)
 {
 	bitmap_clear(nvemu_bitmap, a->bar_offset / NVEMU_GPU_PAGE,
 		     a->length / NVEMU_GPU_PAGE);
+	bitmap_clear(nvemu_va_bitmap, (a->va - NVEMU_VA_BASE) / NVEMU_GPU_PAGE,
+		     a->length / NVEMU_GPU_PAGE);
 	list_del(&a->node);
 	kfree(a);
 	nvemu_stats.allocs_live--;
@@ -297,6 +322,10 @@ EXPORT_SYMBOL_GPL(nvidia_p2p_get_pages);
 int nvidia_p2p_put_pages(u64 p2p_token, u32 va_space, u64 virtual_address,
 			 struct nvidia_p2p_page_table *page_table)
 {
+	uint delay = READ_ONCE(put_delay_us);
+
+	if (delay)
+		usleep_range(delay, delay + delay / 4);
 	return nvemu_unpin(page_table, virtual_address, false);
 }
 EXPORT_SYMBOL_GPL(nvidia_p2p_put_pages);
@@ -405,7 +434,7 @@ static long nvemu_ioctl_alloc(struct file *file, void __user *uarg)
 {
 	struct nvemu_alloc args;
 	struct nvemu_alloc_rec *a;
-	unsigned long n, start;
+	unsigned long n, start, va_start;
 
 	if (copy_from_user(&args, uarg, sizeof(args)))
 		return -EFAULT;
@@ -431,10 +460,24 @@ static long nvemu_ioctl_alloc(struct file *file, void __user *uarg)
 	}
 	bitmap_set(nvemu_bitmap, start, n);
 	nvemu_cursor = start + n;
+	/* The address is the memory's BAR offset unless reused or taken. */
+	va_start = start;
+	if (READ_ONCE(reuse) ||
+	    bitmap_find_next_zero_area(nvemu_va_bitmap, nvemu_nbits, start, n,
+				       0) != start)
+		va_start = bitmap_find_next_zero_area(nvemu_va_bitmap,
+						      nvemu_nbits, 0, n, 0);
+	if (va_start >= nvemu_nbits) {
+		bitmap_clear(nvemu_bitmap, start, n);
+		mutex_unlock(&nvemu_lock);
+		kfree(a);
+		return -ENOMEM;
+	}
+	bitmap_set(nvemu_va_bitmap, va_start, n);
 	INIT_LIST_HEAD(&a->pins);
 	a->owner = file;
 	a->bar_offset = (u64)start * NVEMU_GPU_PAGE;
-	a->va = NVEMU_VA_BASE + a->bar_offset;
+	a->va = NVEMU_VA_BASE + (u64)va_start * NVEMU_GPU_PAGE;
 	a->length = args.length;
 	a->scatter = args.flags & NVEMU_ALLOC_SCATTER;
 	list_add(&a->node, &nvemu_allocs);
@@ -552,9 +595,10 @@ static int __init nvemu_init(void)
 		goto err_put;
 	}
 	nvemu_bitmap = bitmap_zalloc(nvemu_nbits, GFP_KERNEL);
-	if (!nvemu_bitmap) {
+	nvemu_va_bitmap = bitmap_zalloc(nvemu_nbits, GFP_KERNEL);
+	if (!nvemu_bitmap || !nvemu_va_bitmap) {
 		ret = -ENOMEM;
-		goto err_put;
+		goto err_bitmap;
 	}
 	/* Bytes below offset are never handed out. */
 	bitmap_set(nvemu_bitmap, 0, offset / NVEMU_GPU_PAGE);
@@ -565,6 +609,7 @@ static int __init nvemu_init(void)
 		(nvemu_nbits * NVEMU_GPU_PAGE - offset) >> 20, bdf, bar);
 	return 0;
 err_bitmap:
+	bitmap_free(nvemu_va_bitmap);
 	bitmap_free(nvemu_bitmap);
 err_put:
 	pci_dev_put(nvemu_pdev);
@@ -588,6 +633,8 @@ static void __exit nvemu_exit(void)
 
 		nvemu_spent_drop_locked(sp->table, sp->va);
 	}
+	kfree(xchg(&nvemu_recycled, NULL));
+	bitmap_free(nvemu_va_bitmap);
 	bitmap_free(nvemu_bitmap);
 	pci_dev_put(nvemu_pdev);
 }
