@@ -10,6 +10,30 @@
 #include "tsan_kernel_memory.hpp"
 
 namespace phx::detail {
+namespace {
+
+// Ranges up to this many pages are counted page by page.  Past it, mincore
+// on every page costs a page-cache lookup each: 4 Mi lookups for a 16 GB
+// checkpoint took ~0.1 s on the H200 before the first byte moved, a fifth
+// of a warm load.  One page per cell of a stratified sample is enough for
+// a decision taken at one half.
+constexpr std::uint64_t kExactPages = 16384;
+constexpr std::uint64_t kSampleCells = 1024;
+// Pages mapped at once: bounds the mapping and, for exact counts, the vector.
+constexpr std::uint64_t kWindowPages = 65536;
+
+// Where in its cell a sample falls: fixed per cell, but not at a fixed
+// stride, so that a periodic layout of cached and evicted runs (every
+// other megabyte, say) cannot alias with the samples.
+std::uint64_t sample_in_cell(std::uint64_t cell, std::uint64_t cell_pages) noexcept {
+  std::uint64_t x = cell + 0x9e3779b97f4a7c15ULL;  // splitmix64
+  x = (x ^ (x >> 30U)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27U)) * 0x94d049bb133111ebULL;
+  x ^= x >> 31U;
+  return x % cell_pages;
+}
+
+}  // namespace
 
 double resident_fraction(int fd, std::uint64_t offset, std::uint64_t length) noexcept {
   const long page_size = ::sysconf(_SC_PAGESIZE);
@@ -18,34 +42,47 @@ double resident_fraction(int fd, std::uint64_t offset, std::uint64_t length) noe
   }
   const auto page = static_cast<std::uint64_t>(page_size);
   const std::uint64_t begin = offset / page * page;
-  const std::uint64_t end = offset + length;
-  // A window at a time keeps the mapping and the vector small for huge files.
-  constexpr std::uint64_t kWindowPages = 65536;
+  const std::uint64_t pages = (offset + length - begin + page - 1) / page;
+  const std::uint64_t cell = pages <= kExactPages ? 1 : (pages + kSampleCells - 1) / kSampleCells;
+  // Whole cells per window, so that no cell straddles two mappings.
+  const std::uint64_t window = std::max(cell, kWindowPages / cell * cell);
   std::uint64_t resident = 0;
-  std::uint64_t pages = 0;
+  std::uint64_t looked = 0;
   try {
-    std::vector<unsigned char> flags(kWindowPages);
-    for (std::uint64_t at = begin; at < end; at += kWindowPages * page) {
-      const std::uint64_t span = std::min(kWindowPages * page, end - at);
-      void *map = ::mmap(nullptr, span, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(at));
+    std::vector<unsigned char> flags(cell == 1 ? window : 1);
+    for (std::uint64_t first = 0; first < pages; first += window) {
+      const std::uint64_t span = std::min(window, pages - first);
+      auto *map =
+          static_cast<unsigned char *>(::mmap(nullptr, span * page, PROT_READ, MAP_SHARED, fd,
+                                              static_cast<off_t>(begin + first * page)));
       if (map == MAP_FAILED) {
         return 0;
       }
-      const int rc = ::mincore(map, span, flags.data());
-      (void)munmap_ordered(map, span);
+      int rc = 0;
+      if (cell == 1) {
+        rc = ::mincore(map, span * page, flags.data());
+        looked += span;
+        resident += static_cast<std::uint64_t>(
+            std::count_if(flags.begin(), flags.begin() + static_cast<std::ptrdiff_t>(span),
+                          [](unsigned char f) { return (f & 1U) != 0; }));
+      } else {
+        for (std::uint64_t at = 0; at < span && rc == 0; at += cell) {
+          const std::uint64_t c = (first + at) / cell;
+          const std::uint64_t p = at + sample_in_cell(c, std::min(cell, span - at));
+          rc = ::mincore(map + p * page, page, flags.data());
+          ++looked;
+          resident += flags[0] & 1U;
+        }
+      }
+      (void)munmap_ordered(map, span * page);
       if (rc != 0) {
         return 0;
       }
-      const std::uint64_t n = (span + page - 1) / page;
-      pages += n;
-      resident += static_cast<std::uint64_t>(
-          std::count_if(flags.begin(), flags.begin() + static_cast<std::ptrdiff_t>(n),
-                        [](unsigned char f) { return (f & 1U) != 0; }));
     }
   } catch (...) {
     return 0;
   }
-  return pages == 0 ? 0 : static_cast<double>(resident) / static_cast<double>(pages);
+  return looked == 0 ? 0 : static_cast<double>(resident) / static_cast<double>(looked);
 }
 
 }  // namespace phx::detail

@@ -9,7 +9,9 @@
 namespace phx::detail {
 
 /// Fraction (0 to 1) of the pages of [offset, offset + length) of @p fd in
-/// the page cache; 0 when it cannot be told (mmap or mincore failing).
+/// the page cache: exact up to 64 MiB (4 KiB pages), estimated from 1024
+/// pages, one per equal cell of the range, past that; 0 when it cannot be
+/// told (mmap or mincore failing).
 [[nodiscard]] double resident_fraction(int fd, std::uint64_t offset, std::uint64_t length) noexcept;
 
 }  // namespace phx::detail
