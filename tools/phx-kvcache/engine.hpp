@@ -43,8 +43,9 @@ class Engine {
   /// std::runtime_error naming the first block that failed.
   virtual std::size_t load(std::span<const std::uint64_t> blocks,
                            std::span<const std::uint64_t> slots) = 0;
-  /// Copies pool slot @p slot into @p out (block_size bytes), for --verify.
-  virtual void fetch(std::uint64_t slot, std::span<std::byte> out) = 0;
+  /// Copies pool slot slots[i] to out[i * block_size] (out holds
+  /// slots.size() blocks), for --verify.
+  virtual void fetch(std::span<const std::uint64_t> slots, std::span<std::byte> out) = 0;
   /// Settings worth recording (memory kind, queue depth, ...).
   [[nodiscard]] virtual nlohmann::json describe() const = 0;
 };

@@ -17,6 +17,7 @@
 #include "engine.hpp"
 #include "gpu.hpp"
 #include "phoenix/gather.hpp"
+#include "pool_copy.hpp"
 
 namespace phx::kvcache {
 namespace {
@@ -100,14 +101,11 @@ class GatherEngine final : public Engine {
     return r.requests;
   }
 
-  void fetch(std::uint64_t slot, std::span<std::byte> out) override {
-    const std::size_t offset = slot * setup_.block_size;
-    if (pool_.host_view() != nullptr) {
-      std::memcpy(out.data(), pool_.host_view() + offset, out.size());
-    } else {
-      gpu::to_host(out.data(), static_cast<std::byte *>(pool_.device_address()) + offset,
-                   out.size());
-    }
+  void fetch(std::span<const std::uint64_t> slots, std::span<std::byte> out) override {
+    const bool on_device = pool_.host_view() == nullptr;
+    const auto *pool =
+        on_device ? static_cast<const std::byte *>(pool_.device_address()) : pool_.host_view();
+    (void)copy_out_slots(pool, on_device, setup_.block_size, slots, out);
   }
 
   [[nodiscard]] nlohmann::json describe() const override {

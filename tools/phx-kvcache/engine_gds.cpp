@@ -8,6 +8,7 @@
 #include "engine.hpp"
 #include "gpu.hpp"
 #include "phoenix/config.h"
+#include "pool_copy.hpp"
 
 #if PHX_WITH_CUDA
 
@@ -110,9 +111,9 @@ class GdsEngine final : public Engine {
     return blocks.size();
   }
 
-  void fetch(std::uint64_t slot, std::span<std::byte> out) override {
-    gpu::to_host(out.data(), static_cast<std::byte *>(pool_->data()) + slot * setup_.block_size,
-                 out.size());
+  void fetch(std::span<const std::uint64_t> slots, std::span<std::byte> out) override {
+    (void)copy_out_slots(static_cast<const std::byte *>(pool_->data()), true, setup_.block_size,
+                         slots, out);
   }
 
   [[nodiscard]] nlohmann::json describe() const override {

@@ -14,6 +14,7 @@
 
 #include "engine.hpp"
 #include "gpu.hpp"
+#include "pool_copy.hpp"
 
 namespace phx::kvcache {
 namespace {
@@ -66,13 +67,9 @@ class PosixEngine final : public Engine {
     return blocks.size();
   }
 
-  void fetch(std::uint64_t slot, std::span<std::byte> out) override {
-    const std::size_t offset = slot * setup_.block_size;
-    if (pool_gpu_) {
-      gpu::to_host(out.data(), static_cast<std::byte *>(pool_gpu_->data()) + offset, out.size());
-    } else {
-      std::memcpy(out.data(), static_cast<std::byte *>(pool_host_) + offset, out.size());
-    }
+  void fetch(std::span<const std::uint64_t> slots, std::span<std::byte> out) override {
+    const auto *pool = static_cast<const std::byte *>(pool_gpu_ ? pool_gpu_->data() : pool_host_);
+    (void)copy_out_slots(pool, pool_gpu_ != nullptr, setup_.block_size, slots, out);
   }
 
   [[nodiscard]] nlohmann::json describe() const override {
