@@ -26,7 +26,9 @@ the two ceilings' medians, not the best single load of either.
 
 Environment: PHX_FIG12_MODELS (comma list, default all), PHX_FIG12_BUDGET_S
 (models that would not finish in time are recorded as skipped; default
-420), PHX_FIG12_COLD_ROUNDS (default 3).
+420), PHX_FIG12_COLD_ROUNDS (default 3), PHX_FIG12_CACHES ("warm,cold";
+"cold" alone skips the warm pass and phx-load --verify, so that more cold
+rounds of a large model fit one device call).
 --quick: a 2-layer Llama-shaped model on the CPU (host engine, numpy), so
 CI machines without a GPU or torch run the same pipeline in seconds."""
 
@@ -261,6 +263,16 @@ def cold_rounds() -> int:
     return max(1, int(os.environ.get("PHX_FIG12_COLD_ROUNDS", COLD_ROUNDS)))
 
 
+def caches() -> set[str]:
+    """The passes PHX_FIG12_CACHES asks for (warm, cold or both)."""
+    wanted = {c.strip() for c in os.environ.get("PHX_FIG12_CACHES", "warm,cold").split(",")}
+    wanted.discard("")
+    if not wanted or not wanted <= {"warm", "cold"}:
+        raise ValueError(f"PHX_FIG12_CACHES={os.environ['PHX_FIG12_CACHES']!r}: "
+                         "name warm, cold or both")
+    return wanted
+
+
 def extra_round(cache: str, k: int) -> dict:
     return {"round": k} if cache == "cold" else {}
 
@@ -416,19 +428,23 @@ def run_gpu_model(ctx, model: str, torch, phoenix, st) -> list[dict]:
                    if cufile else None}
 
     # Warm: loads leave the files cached, so priming once is enough.
-    prime_cache(files)
-    cli_verify(ctx, run, folder)
-    ref = run.measure("safetensors", "warm", load_safetensors)
-    if ref is None:
-        raise RuntimeError(f"{model}: safetensors.torch.load_file failed; nothing to compare")
-    measure_compared("native", "warm", ref, load_native)
-    for method, fn in gpu_methods.items():
-        if fn is not None:
-            measure_compared(method, "warm", ref, fn)
-    del ref
-    torch.cuda.empty_cache()
-    for method, fn in ceilings("warm").items():
-        run.measure(method, "warm", fn)
+    if "warm" in caches():
+        prime_cache(files)
+        cli_verify(ctx, run, folder)
+        ref = run.measure("safetensors", "warm", load_safetensors)
+        if ref is None:
+            raise RuntimeError(f"{model}: safetensors.torch.load_file failed; nothing to compare")
+        measure_compared("native", "warm", ref, load_native)
+        for method, fn in gpu_methods.items():
+            if fn is not None:
+                measure_compared(method, "warm", ref, fn)
+        del ref
+        torch.cuda.empty_cache()
+        for method, fn in ceilings("warm").items():
+            run.measure(method, "warm", fn)
+    if "cold" not in caches():
+        shutil.rmtree(folder, ignore_errors=True)
+        return run.records
 
     # Cold: the reference loads once; the compared methods in rotated rounds.
     ref = run.measure("safetensors", "cold", load_safetensors)
@@ -574,13 +590,17 @@ def run(ctx) -> list[dict]:
     wanted = os.environ.get("PHX_FIG12_MODELS")
     names = [m for m in models.by_size() if not wanted or m in wanted.split(",")]
     budget = float(os.environ.get("PHX_FIG12_BUDGET_S", DEFAULT_BUDGET_S))
+    passes = caches()
     started = time.monotonic()
     records: list[dict] = []
     for model in names:
         gb = models.total_bytes(models.MODELS[model]) / 1e9
         # Cold: safetensors and native once, phoenix and two ceilings a round.
-        estimate = (gb / GEN_GBPS + (2 + 3 * cold_rounds()) * gb / COLD_GBPS
-                    + 3 * WARM_REPEATS * gb / WARM_GBPS + gb / VERIFY_GBPS)
+        estimate = gb / GEN_GBPS
+        if "cold" in passes:
+            estimate += (2 + 3 * cold_rounds()) * gb / COLD_GBPS
+        if "warm" in passes:
+            estimate += 3 * WARM_REPEATS * gb / WARM_GBPS + gb / VERIFY_GBPS
         left = budget - (time.monotonic() - started)
         if estimate > left:
             ctx.log(f"{model}: skipped (needs about {estimate:.0f} s, {left:.0f} s left)")
