@@ -31,7 +31,7 @@ Environment: PHX_FIG12_MODELS (comma list, default all), PHX_FIG12_BUDGET_S
 (models that would not finish in time are recorded as skipped; default
 420), PHX_FIG12_COLD_ROUNDS (default 3), PHX_FIG12_CACHES ("warm,cold";
 "cold" alone skips the warm pass and phx-load --verify, so that more cold
-rounds of a large model fit one device call).
+rounds of a large model fit one device call; --quick runs both).
 --quick: a 2-layer Llama-shaped model on the CPU (host engine, numpy), so
 CI machines without a GPU or torch run the same pipeline in seconds."""
 
@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import math
 import mmap
 import os
 import pathlib
@@ -324,7 +323,7 @@ def import_phoenix(ctx):
 
 # -- GPU: the real experiment -----------------------------------------------------------------
 
-def run_gpu_model(ctx, model: str, torch, phoenix, st) -> list[dict]:
+def run_gpu_model(ctx, model: str, torch, phoenix, st, passes: set[str]) -> list[dict]:
     cfg = models.MODELS[model]
     folder = pathlib.Path(ctx.scratch_file(f"fig12-{model}"))
     shutil.rmtree(folder, ignore_errors=True)
@@ -432,7 +431,7 @@ def run_gpu_model(ctx, model: str, torch, phoenix, st) -> list[dict]:
                    if cufile else None}
 
     # Warm: loads leave the files cached, so priming once is enough.
-    if "warm" in caches():
+    if "warm" in passes:
         prime_cache(files)
         cli_verify(ctx, run, folder)
         ref = run.measure("safetensors", "warm", load_safetensors)
@@ -446,7 +445,7 @@ def run_gpu_model(ctx, model: str, torch, phoenix, st) -> list[dict]:
         torch.cuda.empty_cache()
         for method, fn in ceilings("warm").items():
             run.measure(method, "warm", fn)
-    if "cold" not in caches():
+    if "cold" not in passes:
         shutil.rmtree(folder, ignore_errors=True)
         return run.records
 
@@ -554,7 +553,7 @@ def paired_cold(records: list[dict], model: str, main: str) -> dict:
     pairs = [s["main"] / s["ceiling"] for s in per_round.values() if s.get("main") and s["ceiling"]]
     if not pairs:
         return {"cold_over_direct_paired": None, "cold_rounds": 0, "cold_rounds_slower": 0}
-    return {"cold_over_direct_paired": math.exp(sum(math.log(x) for x in pairs) / len(pairs)),
+    return {"cold_over_direct_paired": statistics.geometric_mean(pairs),
             "cold_rounds": len(pairs), "cold_rounds_slower": sum(x < 1 for x in pairs)}
 
 
@@ -635,7 +634,7 @@ def run(ctx) -> list[dict]:
                             "reason": f"time budget: about {estimate:.0f} s needed, "
                                       f"{left:.0f} s of {budget:.0f} left"})
             continue
-        records += run_gpu_model(ctx, model, torch, phoenix, st)
+        records += run_gpu_model(ctx, model, torch, phoenix, st, passes)
     return records + ratios(records)
 
 
