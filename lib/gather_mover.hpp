@@ -5,7 +5,9 @@
 #ifndef PHOENIX_LIB_GATHER_MOVER_HPP
 #define PHOENIX_LIB_GATHER_MOVER_HPP
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 
@@ -33,6 +35,21 @@ class GatherMover {
   /// mover itself breaks (io_uring, CUDA).
   virtual void move(Direction dir, std::span<const PlannedRequest> requests,
                     std::span<RequestOutcome> outcomes) = 0;
+
+  /// Adds the bytes of each read to @p counter as it lands (null: nothing
+  /// counted): a long move's progress, read on another thread.  The staged
+  /// mover counts; the host-view mover's queue reports only at its end.
+  void count_reads_into(std::atomic<std::uint64_t> *counter) noexcept { read_counter_ = counter; }
+
+ protected:
+  void count_read(std::size_t bytes) noexcept {
+    if (read_counter_ != nullptr) {
+      *read_counter_ += bytes;
+    }
+  }
+
+ private:
+  std::atomic<std::uint64_t> *read_counter_ = nullptr;
 };
 
 /// io_uring into the registrations' host views, @p depth entries.

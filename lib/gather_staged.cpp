@@ -163,6 +163,7 @@ class StagedMover final : public GatherMover {
           copies_.push_back({c.user_data, true, device_address(requests[s.request]),
                              reinterpret_cast<std::uintptr_t>(s.data), c.bytes});
         }
+        count_read(c.bytes);
         free_.push_back(c.user_data);
       }
       start_copies();

@@ -28,6 +28,10 @@
 
 #include "phoenix/phoenix.hpp"
 
+namespace phx::detail {
+class GatherMover;
+}  // namespace phx::detail
+
 namespace phx::safetensors {
 
 /// Element types of the safetensors format.
@@ -213,6 +217,9 @@ struct LoadStats {
   std::uint64_t tensor_bytes = 0;  ///< the tensors alone
   std::size_t files = 0;
   std::size_t files_direct = 0;  ///< of which read with O_DIRECT
+  /// Of those, read by their GPU's single stream of io_uring requests into
+  /// pinned staging (compat engine); the others through File::read.
+  std::size_t files_streamed = 0;
   std::size_t segments = 0;
   double seconds = 0;  ///< from the first allocation to the last byte in place
   /// Of which allocating and registering the destinations (pinned host
@@ -259,8 +266,12 @@ class PHX_EXPORT Loader {
   [[nodiscard]] std::shared_ptr<LoadedCheckpoint> load(Checkpoint checkpoint);
 
  private:
+  /// The staging stream of compat device @p device (made once).
+  detail::GatherMover &stream(int device);
+
   LoadOptions options_;
   std::map<int, Device> devices_;
+  std::map<int, std::unique_ptr<detail::GatherMover>> streams_;
 };
 
 /// Loader(options).load(checkpoint).

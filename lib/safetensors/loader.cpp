@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
 // Loading a planned checkpoint: one allocation and one registration per
-// segment, then each file read by its own worker (several files at once)
-// with large aligned requests: through an io_uring queue where the
-// registration has a host view (direct, host), through File::read and the
-// engine's own pipeline otherwise (compat, cufile).
+// segment, then the files read with large aligned requests.  Where the
+// registration has a host view (direct, host), each file by its own worker
+// (several files at once) through an io_uring queue.  On a compat GPU, the
+// files opened with O_DIRECT in one stream per GPU: io_uring into pinned
+// staging, each slot copied to the GPU as it lands; the other files through
+// File::read and the engine's own pipeline (compat, cufile).
 #include <fcntl.h>
 
 #include <algorithm>
@@ -12,12 +14,16 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "config.hpp"
 #include "error.hpp"
+#include "gather_mover.hpp"
 #include "phoenix/safetensors.hpp"
 #include "safetensors/residency.hpp"
 
@@ -36,6 +42,13 @@ constexpr std::size_t kEnginePiece = std::size_t{256} << 20;
 // most of them idle for the second half), which cost a two-file checkpoint
 // a third of its warm bandwidth on the H200.
 constexpr unsigned kEnginePiecesInFlight = 3;
+// The compat stream's requests: the shape of an O_DIRECT read of the files
+// into pinned memory by 16 threads of 16 MiB preads, the ceiling the cold
+// loads are held to (bench/fig12).  Through File::read the same loads were
+// about 4 % slower, round by round, on the H200.  Staging: twice the depth.
+constexpr std::size_t kStreamRequest = std::size_t{16} << 20;
+constexpr unsigned kStreamDepth = 16;
+
 struct Target {
   const Segment *segment = nullptr;
   std::shared_ptr<Allocation> owner;
@@ -43,6 +56,13 @@ struct Target {
   Registration registration;
   MemoryKind memory = MemoryKind::host;
   int ordinal = -1;
+};
+
+// A segment read by its GPU's stream, with the file it comes from.
+struct Streamed {
+  File *file = nullptr;
+  const FileHeader *header = nullptr;
+  const Target *target = nullptr;
 };
 
 struct SharedState {
@@ -164,6 +184,66 @@ void read_with_engine(File &file, const Target &target, const FileHeader &header
   }
 }
 
+// One move of every request, in file order: one long queue never drains
+// between files or segments.  The mover counts bytes into shared.done as
+// they land.
+std::size_t stream_request(const LoadOptions &options) {
+  return (kStreamRequest + options.alignment - 1) / options.alignment * options.alignment;
+}
+
+// PHX_LOADER_STREAM=0 reads compat O_DIRECT files through File::read too.
+bool streams_enabled() {
+  return detail::env_size("PHX_LOADER_STREAM", 1, 0, 1) != 0;
+}
+
+void read_streamed(detail::GatherMover &mover, std::span<const Streamed> segments,
+                   const LoadOptions &options, SharedState &shared) {
+  const std::size_t request = stream_request(options);
+  std::vector<detail::PlannedRequest> requests;
+  std::vector<const Streamed *> owner;
+  for (const Streamed &st : segments) {
+    const Segment &s = *st.target->segment;
+    const std::uint64_t avail = available(s, *st.header);
+    const std::uint64_t span = std::min<std::uint64_t>(
+        (avail + options.alignment - 1) / options.alignment * options.alignment, s.bytes());
+    for (std::uint64_t off = 0; off < span; off += request) {
+      detail::PlannedRequest r;
+      r.file = st.file;
+      r.registration = &st.target->registration;
+      r.reg_offset = static_cast<std::size_t>(off);
+      r.file_offset = s.file_begin + off;
+      r.size = static_cast<std::size_t>(std::min<std::uint64_t>(request, span - off));
+      r.count = 1;
+      requests.push_back(r);
+      owner.push_back(&st);
+    }
+  }
+  std::vector<detail::RequestOutcome> outcomes(requests.size());
+  mover.count_reads_into(&shared.done);
+  try {
+    mover.move(detail::Direction::read, requests, outcomes);
+  } catch (...) {
+    mover.count_reads_into(nullptr);
+    throw;
+  }
+  mover.count_reads_into(nullptr);
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const detail::PlannedRequest &r = requests[i];
+    const Streamed &st = *owner[i];
+    const std::uint64_t avail = available(*st.target->segment, *st.header);
+    const std::uint64_t off = r.reg_offset;
+    const auto expected = static_cast<std::size_t>(std::min<std::uint64_t>(r.size, avail - off));
+    const detail::RequestOutcome &o = outcomes[i];
+    if (o.error != 0) {
+      detail::throw_io(o.error, "load", st.header->path, r.file_offset, expected, o.bytes);
+    }
+    if (o.bytes < expected) {
+      detail::throw_io(EIO, "load", st.header->path, r.file_offset, expected, o.bytes,
+                       "the file ended early (changed while loading?)");
+    }
+  }
+}
+
 void read_file(const FileHeader &header, std::span<const Target *const> targets, Engine engine,
                const LoadOptions &options, SharedState &shared) {
   File file(header.path, O_RDONLY, 0644, open_mode(options, engine, header.path, header));
@@ -224,6 +304,17 @@ Device &Loader::device(int device) {
   return it->second;
 }
 
+detail::GatherMover &Loader::stream(int device) {
+  auto it = streams_.find(device);
+  if (it == streams_.end()) {
+    it = streams_
+             .emplace(device,
+                      detail::make_staged_mover(device, kStreamDepth, stream_request(options_)))
+             .first;
+  }
+  return *it->second;
+}
+
 void Loader::warm_up(const Checkpoint &checkpoint) {
   if (checkpoint.files.empty()) {
     return;
@@ -240,6 +331,10 @@ void Loader::warm_up(const Checkpoint &checkpoint) {
     File file(first.path, O_RDONLY, 0644,
               dev.engine() == Engine::direct ? DirectIo::required : DirectIo::preferred);
     (void)file.read(reg, 0, size, 0);
+    if (dev.engine() == Engine::compat && options_.cache != CachePolicy::buffered &&
+        streams_enabled()) {
+      (void)stream(s.device);  // its pinned staging is slow to allocate
+    }
   }
 }
 
@@ -285,8 +380,62 @@ std::shared_ptr<LoadedCheckpoint> Loader::load(Checkpoint checkpoint) {
     work[t.segment->file].push_back(&t);
   }
   SharedState shared;
+  // Files a compat GPU takes whole, opened with O_DIRECT: its stream's.
+  std::vector<std::unique_ptr<File>> streamed_files;
+  std::map<int, std::vector<Streamed>> streams;
+  if (streams_enabled()) {
+    for (std::size_t f = 0; f < work.size(); ++f) {
+      const bool compat =
+          !work[f].empty() && std::all_of(work[f].begin(), work[f].end(), [&](const Target *t) {
+            return device(t->segment->device).engine() == Engine::compat;
+          });
+      if (!compat) {
+        continue;
+      }
+      const FileHeader &header = ckpt.files[f];
+      auto file = std::make_unique<File>(header.path, O_RDONLY, 0644,
+                                         open_mode(options_, Engine::compat, header.path, header));
+      if (!file->direct_io()) {
+        continue;  // buffered: its worker reopens it for the engine's pipeline
+      }
+      for (const Target *t : work[f]) {
+        streams[t->segment->device].push_back({file.get(), &header, t});
+      }
+      streamed_files.push_back(std::move(file));
+      work[f].clear();
+    }
+  }
+  std::vector<detail::GatherMover *> movers;
+  movers.reserve(streams.size());
+  for (const auto &entry : streams) {
+    movers.push_back(&stream(entry.first));
+  }
+  shared.files_direct += streamed_files.size();
+  const auto files_left = static_cast<std::size_t>(std::count_if(
+      work.begin(), work.end(), [](const std::vector<const Target *> &w) { return !w.empty(); }));
   std::atomic<std::size_t> next{0};
-  const std::size_t workers = std::min<std::size_t>(options_.parallel_files, work.size());
+  const std::size_t workers = std::min<std::size_t>(options_.parallel_files, files_left);
+  const std::size_t threads_total = workers + streams.size();
+  const auto record_failure = [&shared] {
+    const std::lock_guard lock(shared.mutex);
+    if (!shared.error) {
+      shared.error = std::current_exception();
+    }
+    shared.stop = true;
+  };
+  const auto finish = [&shared] {
+    const std::lock_guard lock(shared.mutex);
+    ++shared.finished;
+    shared.finished_cv.notify_all();
+  };
+  const auto streamer = [&](detail::GatherMover *mover, const std::vector<Streamed> *segments) {
+    try {
+      read_streamed(*mover, *segments, options_, shared);
+    } catch (...) {
+      record_failure();
+    }
+    finish();
+  };
   const auto worker = [&] {
     for (std::size_t f = next++; f < work.size() && !shared.stop; f = next++) {
       if (work[f].empty()) {
@@ -296,19 +445,17 @@ std::shared_ptr<LoadedCheckpoint> Loader::load(Checkpoint checkpoint) {
         const Engine engine = device(work[f].front()->segment->device).engine();
         read_file(ckpt.files[f], work[f], engine, options_, shared);
       } catch (...) {
-        const std::lock_guard lock(shared.mutex);
-        if (!shared.error) {
-          shared.error = std::current_exception();
-        }
-        shared.stop = true;
+        record_failure();
       }
     }
-    const std::lock_guard lock(shared.mutex);
-    ++shared.finished;
-    shared.finished_cv.notify_all();
+    finish();
   };
   std::vector<std::jthread> threads;
-  threads.reserve(workers);
+  threads.reserve(threads_total);
+  std::size_t m = 0;
+  for (const auto &entry : streams) {
+    threads.emplace_back(streamer, movers[m++], &entry.second);
+  }
   for (std::size_t i = 0; i < workers; ++i) {
     threads.emplace_back(worker);
   }
@@ -319,7 +466,7 @@ std::shared_ptr<LoadedCheckpoint> Loader::load(Checkpoint checkpoint) {
   for (;;) {
     std::unique_lock lock(shared.mutex);
     const bool all = shared.finished_cv.wait_for(lock, std::chrono::milliseconds(100),
-                                                 [&] { return shared.finished == workers; });
+                                                 [&] { return shared.finished == threads_total; });
     lock.unlock();
     if (options_.progress) {
       options_.progress(shared.done.load(), total);
@@ -340,6 +487,7 @@ std::shared_ptr<LoadedCheckpoint> Loader::load(Checkpoint checkpoint) {
   stats.tensor_bytes = ckpt.tensor_bytes();
   stats.files = ckpt.files.size();
   stats.files_direct = shared.files_direct.load();
+  stats.files_streamed = streamed_files.size();
   stats.segments = plan.segments.size();
   for (auto &[id, dev] : devices_) {
     stats.engines.emplace(id, dev.engine());

@@ -157,6 +157,7 @@ class PyLoader {
     d["tensor_bytes"] = last_stats_.tensor_bytes;
     d["files"] = last_stats_.files;
     d["files_direct"] = last_stats_.files_direct;
+    d["files_streamed"] = last_stats_.files_streamed;
     d["segments"] = last_stats_.segments;
     py::dict engines;
     for (const auto &[id, engine] : last_stats_.engines) {

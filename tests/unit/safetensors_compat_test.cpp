@@ -4,7 +4,9 @@
 // over two GPUs by a device map, into loader-allocated or caller-supplied
 // memory, and the loader's device memory is freed with the last tensor.
 #include <gtest/gtest.h>
+#include <stdlib.h>  // setenv/unsetenv are POSIX, not in <cstdlib>
 
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -22,6 +24,17 @@ namespace phx::test {
 namespace {
 
 using SafetensorsCompat = FakeGpuTest;
+
+// PHX_LOADER_STREAM=0 for one test, unset again even when it fails.
+class StreamOff {
+ public:
+  StreamOff() { ::setenv("PHX_LOADER_STREAM", "0", 1); }
+  ~StreamOff() { ::unsetenv("PHX_LOADER_STREAM"); }
+  StreamOff(const StreamOff &) = delete;
+  StreamOff &operator=(const StreamOff &) = delete;
+  StreamOff(StreamOff &&) = delete;
+  StreamOff &operator=(StreamOff &&) = delete;
+};
 
 st::LoadOptions compat_options() {
   st::LoadOptions o;
@@ -75,6 +88,58 @@ TEST_F(SafetensorsCompat, ShardedCheckpointOnTwoGpusByteForByte) {
     EXPECT_EQ(loaded->stats.files, 5U);
     EXPECT_EQ(loaded->stats.engines.at(0), Engine::compat);
     EXPECT_EQ(loaded->stats.engines.at(1), Engine::compat);
+    // O_DIRECT files go through each GPU's stream, buffered ones through File::read.
+    EXPECT_EQ(loaded->stats.files_streamed, loaded->stats.files_direct);
+    if (cache == st::CachePolicy::buffered) {
+      EXPECT_EQ(loaded->stats.files_direct, 0U);
+    }
+  }
+}
+
+// Larger than several of the stream's 16 MiB requests, ending mid-block.
+TEST_F(SafetensorsCompat, StreamOfManyRequestsByteForByte) {
+  const std::vector<TestTensor> tensors = {
+      {"a", "F32", {5000001}, tensor_bytes(20000004, 31)},
+      {"b", "U8", {17}, tensor_bytes(17, 32)},
+      {"c", "BF16", {9000000}, tensor_bytes(18000000, 33)},
+  };
+  const auto path = dir_ / "big.safetensors";
+  (void)write_safetensors(path, tensors, 3);
+  for (const int gpus : {1, 2}) {
+    st::LoadOptions o = compat_options();
+    o.cache = st::CachePolicy::direct;
+    o.devices = st::DeviceMap::parse(gpus == 2 ? "c=1" : "", 0);
+    const auto loaded = st::load(st::open_checkpoint(path), o);
+    expect_on_gpus(*loaded, tensors, o.devices);
+    EXPECT_EQ(loaded->stats.files_streamed, loaded->stats.files_direct);
+  }
+}
+
+TEST_F(SafetensorsCompat, DirectFilesWithoutTheStreamByteForByte) {
+  const auto tensors = write_sharded(dir_);
+  const StreamOff off;
+  st::LoadOptions o = compat_options();
+  o.cache = st::CachePolicy::direct;
+  o.devices = st::DeviceMap::parse("layers.1=1", 0);
+  const auto loaded = st::load(st::open_checkpoint(dir_ / "model.safetensors.index.json"), o);
+  expect_on_gpus(*loaded, tensors, o.devices);
+  EXPECT_EQ(loaded->stats.files_streamed, 0U);
+}
+
+TEST_F(SafetensorsCompat, StreamedFileCutShortNamesTheFile) {
+  const auto tensors = write_sharded(dir_);
+  const auto index = dir_ / "model.safetensors.index.json";
+  st::Checkpoint checkpoint = st::open_checkpoint(index);
+  const auto shard = dir_ / "shard-2.safetensors";
+  std::filesystem::resize_file(shard, std::filesystem::file_size(shard) / 2);
+  st::LoadOptions o = compat_options();
+  o.cache = st::CachePolicy::direct;
+  try {
+    (void)st::load(std::move(checkpoint), o);
+    FAIL() << "a load of a file cut short after its header was read succeeded";
+  } catch (const std::system_error &e) {
+    EXPECT_NE(std::string(e.what()).find(shard.string()), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ended early"), std::string::npos) << e.what();
   }
 }
 

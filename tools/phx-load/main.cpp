@@ -104,6 +104,7 @@ json result_record(const Options &opt, int run, const st::LoadedCheckpoint &load
             {"run", run},
             {"files", s.files},
             {"files_direct", s.files_direct},
+            {"files_streamed", s.files_streamed},
             {"segments", s.segments},
             {"tensors", loaded.tensors.size()},
             {"tensor_bytes", s.tensor_bytes},

@@ -408,6 +408,7 @@ def run_gpu_model(ctx, model: str, torch, phoenix, st, passes: set[str]) -> list
         if method == "phoenix" and got is not None:
             run.records[-1]["engines"] = {str(k): v for k, v in loader.stats["engines"].items()}
             run.records[-1]["files_direct"] = loader.stats["files_direct"]
+            run.records[-1]["files_streamed"] = loader.stats.get("files_streamed")
             # Where the time went inside the library (the rest of
             # "seconds" is Python: tensors made from DLPack capsules).
             run.records[-1]["library_seconds"] = loader.stats["seconds"]
