@@ -44,8 +44,9 @@ constexpr std::size_t kEnginePiece = std::size_t{256} << 20;
 constexpr unsigned kEnginePiecesInFlight = 3;
 // The compat stream's requests: the shape of an O_DIRECT read of the files
 // into pinned memory by 16 threads of 16 MiB preads, the ceiling the cold
-// loads are held to (bench/fig12).  Through File::read the same loads were
-// about 4 % slower, round by round, on the H200.  Staging: twice the depth.
+// loads are held to (bench/fig12), on one thread instead of 12 copy
+// threads and 3 readers per file.  On the H200's virtio disk the two
+// paths measured the same (docs/results.md).  Staging: twice the depth.
 constexpr std::size_t kStreamRequest = std::size_t{16} << 20;
 constexpr unsigned kStreamDepth = 16;
 
@@ -184,9 +185,6 @@ void read_with_engine(File &file, const Target &target, const FileHeader &header
   }
 }
 
-// One move of every request, in file order: one long queue never drains
-// between files or segments.  The mover counts bytes into shared.done as
-// they land.
 std::size_t stream_request(const LoadOptions &options) {
   return (kStreamRequest + options.alignment - 1) / options.alignment * options.alignment;
 }
@@ -196,6 +194,9 @@ bool streams_enabled() {
   return detail::env_size("PHX_LOADER_STREAM", 1, 0, 1) != 0;
 }
 
+// One move of every request, in file order: one long queue never drains
+// between files or segments.  The mover counts bytes into shared.done as
+// they land.
 void read_streamed(detail::GatherMover &mover, std::span<const Streamed> segments,
                    const LoadOptions &options, SharedState &shared) {
   const std::size_t request = stream_request(options);
@@ -410,6 +411,8 @@ std::shared_ptr<LoadedCheckpoint> Loader::load(Checkpoint checkpoint) {
   for (const auto &entry : streams) {
     movers.push_back(&stream(entry.first));
   }
+  // A stream that failed may hold reads still in flight: it is made anew.
+  std::vector<char> stream_failed(streams.size(), 0);
   shared.files_direct += streamed_files.size();
   const auto files_left = static_cast<std::size_t>(std::count_if(
       work.begin(), work.end(), [](const std::vector<const Target *> &w) { return !w.empty(); }));
@@ -428,10 +431,11 @@ std::shared_ptr<LoadedCheckpoint> Loader::load(Checkpoint checkpoint) {
     ++shared.finished;
     shared.finished_cv.notify_all();
   };
-  const auto streamer = [&](detail::GatherMover *mover, const std::vector<Streamed> *segments) {
+  const auto streamer = [&](std::size_t index, const std::vector<Streamed> *segments) {
     try {
-      read_streamed(*mover, *segments, options_, shared);
+      read_streamed(*movers[index], *segments, options_, shared);
     } catch (...) {
+      stream_failed[index] = 1;
       record_failure();
     }
     finish();
@@ -454,7 +458,7 @@ std::shared_ptr<LoadedCheckpoint> Loader::load(Checkpoint checkpoint) {
   threads.reserve(threads_total);
   std::size_t m = 0;
   for (const auto &entry : streams) {
-    threads.emplace_back(streamer, movers[m++], &entry.second);
+    threads.emplace_back(streamer, m++, &entry.second);
   }
   for (std::size_t i = 0; i < workers; ++i) {
     threads.emplace_back(worker);
@@ -476,6 +480,12 @@ std::shared_ptr<LoadedCheckpoint> Loader::load(Checkpoint checkpoint) {
     }
   }
   threads.clear();
+  std::size_t k = 0;
+  for (const auto &entry : streams) {
+    if (stream_failed[k++] != 0) {
+      streams_.erase(entry.first);
+    }
+  }
   if (shared.error) {
     std::rethrow_exception(shared.error);
   }
