@@ -104,12 +104,19 @@ std::uint64_t available(const Segment &s, const FileHeader &header) {
   return std::min(s.file_end, header.file_size) - s.file_begin;
 }
 
+// Bytes to request for the segment: what the file has of it, rounded up to
+// the alignment (O_DIRECT lengths) but not past the segment.
+std::uint64_t request_span(const Segment &s, const FileHeader &header, const LoadOptions &options) {
+  const std::uint64_t avail = available(s, header);
+  return std::min<std::uint64_t>(
+      (avail + options.alignment - 1) / options.alignment * options.alignment, s.bytes());
+}
+
 void read_with_queue(File &file, const Target &target, const FileHeader &header,
                      const LoadOptions &options, SharedState &shared) {
   const Segment &s = *target.segment;
   const std::uint64_t avail = available(s, header);
-  const std::uint64_t span = std::min<std::uint64_t>(
-      (avail + options.alignment - 1) / options.alignment * options.alignment, s.bytes());
+  const std::uint64_t span = request_span(s, header, options);
   std::vector<IoRequest> requests;
   for (std::uint64_t off = 0; off < span; off += options.chunk_size) {
     const auto size =
@@ -204,9 +211,7 @@ void read_streamed(detail::GatherMover &mover, std::span<const Streamed> segment
   std::vector<const Streamed *> owner;
   for (const Streamed &st : segments) {
     const Segment &s = *st.target->segment;
-    const std::uint64_t avail = available(s, *st.header);
-    const std::uint64_t span = std::min<std::uint64_t>(
-        (avail + options.alignment - 1) / options.alignment * options.alignment, s.bytes());
+    const std::uint64_t span = request_span(s, *st.header, options);
     for (std::uint64_t off = 0; off < span; off += request) {
       detail::PlannedRequest r;
       r.file = st.file;
@@ -245,9 +250,15 @@ void read_streamed(detail::GatherMover &mover, std::span<const Streamed> segment
   }
 }
 
+// @p opened: the file as the stream pass opened it (and found buffered), or
+// null to open it here.
 void read_file(const FileHeader &header, std::span<const Target *const> targets, Engine engine,
-               const LoadOptions &options, SharedState &shared) {
-  File file(header.path, O_RDONLY, 0644, open_mode(options, engine, header.path, header));
+               std::unique_ptr<File> opened, const LoadOptions &options, SharedState &shared) {
+  if (opened == nullptr) {
+    opened = std::make_unique<File>(header.path, O_RDONLY, 0644,
+                                    open_mode(options, engine, header.path, header));
+  }
+  File &file = *opened;
   if (file.direct_io()) {
     ++shared.files_direct;
   }
@@ -383,6 +394,7 @@ std::shared_ptr<LoadedCheckpoint> Loader::load(Checkpoint checkpoint) {
   SharedState shared;
   // Files a compat GPU takes whole, opened with O_DIRECT: its stream's.
   std::vector<std::unique_ptr<File>> streamed_files;
+  std::vector<std::unique_ptr<File>> opened(ckpt.files.size());  // buffered: for their worker
   std::map<int, std::vector<Streamed>> streams;
   if (streams_enabled()) {
     for (std::size_t f = 0; f < work.size(); ++f) {
@@ -397,7 +409,8 @@ std::shared_ptr<LoadedCheckpoint> Loader::load(Checkpoint checkpoint) {
       auto file = std::make_unique<File>(header.path, O_RDONLY, 0644,
                                          open_mode(options_, Engine::compat, header.path, header));
       if (!file->direct_io()) {
-        continue;  // buffered: its worker reopens it for the engine's pipeline
+        opened[f] = std::move(file);  // buffered: its worker reads it through File::read
+        continue;
       }
       for (const Target *t : work[f]) {
         streams[t->segment->device].push_back({file.get(), &header, t});
@@ -447,7 +460,7 @@ std::shared_ptr<LoadedCheckpoint> Loader::load(Checkpoint checkpoint) {
       }
       try {
         const Engine engine = device(work[f].front()->segment->device).engine();
-        read_file(ckpt.files[f], work[f], engine, options_, shared);
+        read_file(ckpt.files[f], work[f], engine, std::move(opened[f]), options_, shared);
       } catch (...) {
         record_failure();
       }
