@@ -111,7 +111,10 @@ TEST_F(SafetensorsCompat, StreamOfManyRequestsByteForByte) {
     o.devices = st::DeviceMap::parse(gpus == 2 ? "c=1" : "", 0);
     const auto loaded = st::load(st::open_checkpoint(path), o);
     expect_on_gpus(*loaded, tensors, o.devices);
-    EXPECT_EQ(loaded->stats.files_streamed, loaded->stats.files_direct);
+    if (loaded->stats.files_direct == 0) {
+      GTEST_SKIP() << dir_.path() << " has no O_DIRECT: the stream never runs there";
+    }
+    EXPECT_EQ(loaded->stats.files_streamed, 1U);
   }
 }
 
