@@ -34,6 +34,10 @@ class Ratios(unittest.TestCase):
         self.assertEqual(r["cold_rounds"], 2)
         self.assertEqual(r["cold_rounds_slower"], 1)
         self.assertAlmostEqual(r["cold_over_direct_paired"], (0.9 * 1.1) ** 0.5)
+        each = r["cold_over_each_ceiling_paired"]
+        self.assertEqual(set(each), {"ceiling-python", "ceiling-phx-load"})
+        self.assertAlmostEqual(each["ceiling-python"], (1.8 / 2.0 * 2.2 / 1.9) ** 0.5)
+        self.assertAlmostEqual(each["ceiling-phx-load"], (1.8 / 1.5 * 2.2 / 2.0) ** 0.5)
         # The goal's ratio: phoenix's median (2.0) over the better ceiling median (1.95 vs 1.75).
         self.assertAlmostEqual(r["cold_over_direct"], 2.0 / 1.95)
         self.assertIsNone(r["warm_over_pinned"])
@@ -45,11 +49,13 @@ class Ratios(unittest.TestCase):
         (r,) = fig12.ratios(records)
         self.assertEqual(r["cold_rounds"], 1)
         self.assertAlmostEqual(r["cold_over_direct_paired"], 1.7 / 2.0)
+        self.assertEqual(r["cold_over_each_ceiling_paired"], {"ceiling-python": 1.7 / 2.0})
 
     def test_no_cold_rounds(self):
         (r,) = fig12.ratios([load("phoenix", 40.0, 0, cache="warm"),
                              load("ceiling-python", 40.0, 0, cache="warm")])
         self.assertIsNone(r["cold_over_direct_paired"])
+        self.assertEqual(r["cold_over_each_ceiling_paired"], {})
         self.assertEqual(r["cold_rounds"], 0)
 
 
