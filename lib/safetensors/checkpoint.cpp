@@ -12,6 +12,7 @@
 
 #include "error.hpp"
 #include "phoenix/safetensors.hpp"
+#include "safetensors/strict_json.hpp"
 
 namespace phx::safetensors {
 namespace {
@@ -36,12 +37,17 @@ std::map<std::string, fs::path> read_index(const fs::path &index) {
   if (!in) {
     detail::throw_errno(ENOENT, index.string() + ": cannot open the index");
   }
-  json root;
+  detail::StrictJson parsed;
   try {
-    root = json::parse(in);
+    parsed = detail::parse_strict_json(in);
   } catch (const json::parse_error &e) {
     detail::throw_errno(EINVAL, index.string() + ": index is not valid JSON: " + e.what());
   }
+  if (!parsed.repeated_key.empty()) {
+    detail::throw_errno(EINVAL, index.string() + ": index names \"" + parsed.repeated_key +
+                                    "\" twice in one object");
+  }
+  const json &root = parsed.value;
   const auto map = root.is_object() ? root.find("weight_map") : root.end();
   if (map == root.end() || !map->is_object()) {
     detail::throw_errno(EINVAL, index.string() + ": no \"weight_map\" object");

@@ -16,6 +16,7 @@
 
 #include "error.hpp"
 #include "phoenix/safetensors.hpp"
+#include "safetensors/strict_json.hpp"
 #include "safetensors/unique_fd.hpp"
 
 namespace phx::safetensors {
@@ -134,12 +135,16 @@ FileHeader parse_header(std::string_view text, std::uint64_t file_size,
              std::to_string(file_size) + " bytes");
   }
   const std::uint64_t data_size = file_size - header.data_offset();
-  json root;
+  detail::StrictJson parsed;
   try {
-    root = json::parse(text);
+    parsed = detail::parse_strict_json(text);
   } catch (const json::parse_error &e) {
     fail(EINVAL, path, std::string("header is not valid JSON: ") + e.what());
   }
+  if (!parsed.repeated_key.empty()) {
+    fail(EINVAL, path, "header names \"" + parsed.repeated_key + "\" twice in one object");
+  }
+  const json &root = parsed.value;
   if (!root.is_object()) {
     fail(EINVAL, path, "header is not a JSON object");
   }

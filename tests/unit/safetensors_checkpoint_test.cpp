@@ -103,6 +103,18 @@ TEST(SafetensorsCheckpoint, BadIndexes) {
   expect_errno([&] { (void)st::checkpoint_files(dir / "nothing"); }, ENOENT, "nothing");
 }
 
+TEST(SafetensorsCheckpoint, IndexMappingATensorTwiceIsRejected) {
+  const phx::test::TempDir dir;
+  write_sharded(dir);
+  // Which shard "a" comes from would depend on the JSON parser.
+  phx::test::write_index(dir / "model.safetensors.index.json",
+                         {{"a", "model-00001-of-00002.safetensors"},
+                          {"b", "model-00001-of-00002.safetensors"},
+                          {"c", "model-00002-of-00002.safetensors"},
+                          {"a", "model-00002-of-00002.safetensors"}});
+  expect_errno([&] { (void)st::open_checkpoint(dir.path()); }, EINVAL, "\"a\" twice");
+}
+
 TEST(SafetensorsCheckpoint, DeviceMapLongestPrefixOnNameBoundaries) {
   const st::DeviceMap map = st::DeviceMap::parse("model.layers.1=1,model.layers.10=2,lm_head=3", 0);
   EXPECT_EQ(map.device_for("model.layers.1.mlp.weight"), 1);

@@ -142,6 +142,26 @@ TEST(SafetensorsReader, BadJson) {
   expect_rejected(path, EINVAL, {"not a JSON object"});
 }
 
+TEST(SafetensorsReader, NameGivenTwice) {
+  const phx::test::TempDir dir;
+  const auto path = dir / "twice.safetensors";
+  // JSON parsers keep one of the two; which one depends on the parser.
+  write_with_header(path,
+                    "{" + tensor_entry("w", "F32", "[2]", 0, 8) + "," +
+                        tensor_entry("w", "F32", "[1]", 8, 12) + "}",
+                    12);
+  expect_rejected(path, EINVAL, {"\"w\" twice"});
+  write_with_header(path, R"({"w":{"dtype":"F32","dtype":"U8","shape":[4],"data_offsets":[0,4]}})",
+                    4);
+  expect_rejected(path, EINVAL, {"\"dtype\" twice"});
+  // The same key in different objects is no repeat.
+  write_with_header(path,
+                    "{" + tensor_entry("a", "F32", "[1]", 0, 4) + "," +
+                        tensor_entry("b", "F32", "[1]", 4, 8) + "}",
+                    8);
+  EXPECT_EQ(st::read_header(path).tensors.size(), 2U);
+}
+
 TEST(SafetensorsReader, UnknownDtype) {
   const phx::test::TempDir dir;
   const auto path = dir / "dtype.safetensors";
