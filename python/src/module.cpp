@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <system_error>
 
@@ -217,17 +218,29 @@ class PyFile {
   PyFile(const std::filesystem::path &path, const std::string &direct)
       : file_(path, O_RDONLY, 0644, parse_direct(direct)) {}
 
-  std::size_t read_into(const py::object &target, std::uint64_t file_offset, const py::object &size,
+  // Offsets and sizes are taken signed so that a negative one is this
+  // error, naming the file, rather than pybind's "incompatible arguments".
+  std::size_t read_into(const py::object &target, std::int64_t file_offset, const py::object &size,
                         const std::string &engine) {
+    const std::optional<std::int64_t> wanted =
+        size.is_none() ? std::nullopt : std::optional(py::cast<std::int64_t>(size));
+    if (file_offset < 0 || wanted.value_or(0) < 0) {
+      throw std::system_error(
+          EINVAL, std::system_category(),
+          "read_into " + path() + ": file offset " + std::to_string(file_offset) + ", size " +
+              (wanted ? std::to_string(*wanted) : "all") + ": neither may be negative");
+    }
     py::object capsule = py::hasattr(target, "__dlpack__") ? target.attr("__dlpack__")() : target;
     const BorrowedTensor tensor(capsule.release().ptr());
     std::size_t n = tensor.nbytes();
-    if (!size.is_none()) {
-      n = py::cast<std::size_t>(size);
+    if (wanted) {
+      n = static_cast<std::size_t>(*wanted);
       if (n > tensor.nbytes()) {
         throw std::system_error(EINVAL, std::system_category(),
-                                "read_into: size " + std::to_string(n) + " exceeds the tensor's " +
-                                    std::to_string(tensor.nbytes()) + " bytes");
+                                "read_into " + path() + ": file offset " +
+                                    std::to_string(file_offset) + ", size " + std::to_string(n) +
+                                    ": more than the tensor's " + std::to_string(tensor.nbytes()) +
+                                    " bytes");
       }
     }
     const DLDevice dev = tensor.device();
@@ -247,7 +260,7 @@ class PyFile {
     const py::gil_scoped_release release;
     phx::Device &device = cached_device(id, e);
     const phx::Registration reg = device.register_memory(tensor.data(), n);
-    return file_.read(reg, 0, n, file_offset);
+    return file_.read(reg, 0, n, static_cast<std::uint64_t>(file_offset));
   }
 
   [[nodiscard]] std::uint64_t size() const { return file_.size(); }

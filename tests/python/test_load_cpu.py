@@ -123,6 +123,14 @@ def test_errors_carry_errno(phoenix, tmp_path, make_file):
     with pytest.raises(OSError) as info:
         f.read_into(strided, 0)
     assert info.value.errno == 22
+    dst = numpy.zeros(8, dtype=numpy.uint8)
+    for offset, size, words in ((-1, None, ("offset -1",)), (0, -4, ("size -4",)),
+                                (0, 9, ("size 9", "8 bytes"))):
+        with pytest.raises(OSError) as info:
+            f.read_into(dst, offset, size)
+        assert info.value.errno == 22 and f.path in str(info.value)
+        assert all(w in str(info.value) for w in words), str(info.value)
+    assert not dst.any()
 
 
 def test_engine_for_cpu(phoenix):
