@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Usage: tests/install/pip.sh SOURCE_DIR SCRATCH_DIR [PYTHON]
+# The Python package the way docs/model-loading.md installs it without a
+# build tree: `pip install ./python` into a fresh virtual environment, with
+# no network and no build isolation (setuptools, wheel, pybind11 and numpy
+# from the system, as on a Debian machine with scripts/setup's packages).
+# Then, from a folder outside the sources, the installed package loads a
+# checkpoint and every tensor must equal the bytes written.  The sources are
+# copied first: setuptools builds in the source tree it is given.
+set -euo pipefail
+
+if (($# < 2 || $# > 3)); then
+  echo "usage: $0 SOURCE_DIR SCRATCH_DIR [PYTHON]" >&2
+  exit 2
+fi
+source_dir=$(cd "$1" && pwd)
+scratch=$2
+python=${3:-python3}
+rm -rf "$scratch"
+mkdir -p "$scratch/src" "$scratch/run"
+scratch=$(cd "$scratch" && pwd)
+
+# The tree without build outputs, git data or the rig's downloads.
+tar -C "$source_dir" --exclude=./build --exclude='./build-*' --exclude=./.git \
+  --exclude=./out --exclude=./.deps --exclude=./.cache -cf - . | tar -C "$scratch/src" -xf -
+
+"$python" -m venv --system-site-packages "$scratch/venv"
+PIP_DISABLE_PIP_VERSION_CHECK=1 "$scratch/venv/bin/pip" install --no-build-isolation \
+  --no-index --no-deps --quiet "$scratch/src/python"
+
+cd "$scratch/run"
+"$scratch/venv/bin/python" - "$scratch/venv" <<'PY'
+import json
+import pathlib
+import struct
+import sys
+
+import numpy
+import phoenix
+
+venv = pathlib.Path(sys.argv[1]).resolve()
+where = pathlib.Path(phoenix.__file__).resolve()
+assert venv in where.parents, f"phoenix imported from {where}, not the environment {venv}"
+
+rng = numpy.random.default_rng(7)
+tensors = {"embed": rng.standard_normal((33, 7)).astype(numpy.float32),
+           "bias": rng.integers(-100, 100, 5, dtype=numpy.int16),
+           "mask": rng.integers(0, 2, 11, dtype=numpy.uint8)}
+codes = {numpy.float32: "F32", numpy.int16: "I16", numpy.uint8: "U8"}
+header, data = {}, b""
+for name, t in tensors.items():
+    header[name] = {"dtype": codes[t.dtype.type], "shape": list(t.shape),
+                    "data_offsets": [len(data), len(data) + t.nbytes]}
+    data += t.tobytes()
+text = json.dumps(header).encode()
+pathlib.Path("model.safetensors").write_bytes(struct.pack("<Q", len(text)) + text + data)
+
+got = phoenix.load_safetensors("model.safetensors", device="cpu", framework="numpy")
+assert set(got) == set(tensors), sorted(got)
+for name, t in tensors.items():
+    g = numpy.asarray(got[name])
+    assert g.dtype == t.dtype and g.shape == t.shape, (name, g.dtype, g.shape)
+    assert g.tobytes() == t.tobytes(), f"{name} differs"
+print(f"pip install: phoenix {phoenix.__version__} from {where.parent}: "
+      f"{len(tensors)} tensors equal, byte for byte")
+PY
