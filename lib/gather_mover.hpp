@@ -55,11 +55,13 @@ class GatherMover {
 /// io_uring into the registrations' host views, @p depth entries.
 [[nodiscard]] std::unique_ptr<GatherMover> make_host_view_mover(unsigned depth);
 
-/// io_uring into pinned staging of @p depth x 2 slots of @p slot_size bytes,
-/// then cuMemcpyAsync on GPU @p device_id (PHX_WITH_CUDA builds; otherwise
-/// throws ENOTSUP).
+/// io_uring into pinned staging of @p slots slots (0: @p depth x 2) of
+/// @p slot_size bytes, then cuMemcpyAsync on GPU @p device_id (PHX_WITH_CUDA
+/// builds; otherwise throws ENOTSUP).  @p slots, when given, is more than
+/// @p depth: a read in flight holds its slot.
 [[nodiscard]] std::unique_ptr<GatherMover> make_staged_mover(int device_id, unsigned depth,
-                                                             std::size_t slot_size);
+                                                             std::size_t slot_size,
+                                                             std::size_t slots = 0);
 
 }  // namespace phx::detail
 

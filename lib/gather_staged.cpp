@@ -32,13 +32,12 @@ namespace {
 
 class StagedMover final : public GatherMover {
  public:
-  StagedMover(int device_id, unsigned depth, std::size_t slot_size)
+  StagedMover(int device_id, unsigned depth, std::size_t slot_size, std::size_t count)
       : gpu_(device_id), queue_(depth), depth_(depth), slot_size_(slot_size) {
     const cuda::Driver &d = *cuda::driver();
     batch_copies_ =
         d.MemcpyBatchAsync != nullptr && env_size("PHX_GATHER_BATCH_COPIES", 1, 0, 1) != 0;
     const cuda::ScopedContext scope(gpu_.context());
-    const std::size_t count = std::size_t{depth} * 2;
     staging_ = PinnedBuffer(count * slot_size_);
     cuda::check(d.StreamCreate(&stream_, cuda::kStreamNonBlocking), "cuStreamCreate");
     slots_.resize(count);
@@ -322,12 +321,15 @@ class StagedMover final : public GatherMover {
 
 }  // namespace
 
-std::unique_ptr<GatherMover> make_staged_mover(int device_id, unsigned depth,
-                                               std::size_t slot_size) {
+std::unique_ptr<GatherMover> make_staged_mover(int device_id, unsigned depth, std::size_t slot_size,
+                                               std::size_t slots) {
   if (cuda::driver() == nullptr) {
     throw_errno(ENOTSUP, "the compat gather needs CUDA: " + cuda::unavailable_reason());
   }
-  return std::make_unique<StagedMover>(device_id, depth, slot_size);
+  if (slots == 0) {
+    slots = std::size_t{depth} * 2;
+  }
+  return std::make_unique<StagedMover>(device_id, depth, slot_size, slots);
 }
 
 }  // namespace phx::detail
@@ -341,7 +343,7 @@ std::unique_ptr<GatherMover> make_staged_mover(int device_id, unsigned depth,
 namespace phx::detail {
 
 std::unique_ptr<GatherMover> make_staged_mover(int /*device_id*/, unsigned /*depth*/,
-                                               std::size_t /*slot_size*/) {
+                                               std::size_t /*slot_size*/, std::size_t /*slots*/) {
   throw_errno(ENOTSUP, "the compat gather needs a libphoenix built with CUDA (PHX_WITH_CUDA)");
 }
 

@@ -42,13 +42,16 @@ constexpr std::size_t kEnginePiece = std::size_t{256} << 20;
 // most of them idle for the second half), which cost a two-file checkpoint
 // a third of its warm bandwidth on the H200.
 constexpr unsigned kEnginePiecesInFlight = 3;
-// The compat stream's requests: the shape of an O_DIRECT read of the files
-// into pinned memory by 16 threads of 16 MiB preads, the ceiling the cold
-// loads are held to (bench/fig12), on one thread instead of 12 copy
-// threads and 3 readers per file.  On the H200's virtio disk the two
-// paths measured the same (docs/results.md).  Staging: twice the depth.
-constexpr std::size_t kStreamRequest = std::size_t{16} << 20;
-constexpr unsigned kStreamDepth = 16;
+// The compat stream keeps in flight what the per-file queues of the other
+// engines would together: parallel_files x queue_depth requests of
+// chunk_size (32 x 32 MiB by default), so that the I/O knobs mean the same
+// for every engine.  On the H200's virtio disk this shape and 16 x 16 MiB
+// (the Python O_DIRECT ceiling's) measured the same within the disk's
+// noise (docs/results.md).  The copy of a slot to the GPU takes a fraction
+// of its read, so a quarter more slots than reads in flight keep the reads
+// from waiting on a copy.  At most 1 GiB in flight (the default's),
+// whatever chunk_size asks: the staging is pinned host memory.
+constexpr std::uint64_t kMaxStreamBytes = std::uint64_t{1} << 30;
 
 struct Target {
   const Segment *segment = nullptr;
@@ -192,8 +195,19 @@ void read_with_engine(File &file, const Target &target, const FileHeader &header
   }
 }
 
+// chunk_size is a multiple of the alignment (check_options).
 std::size_t stream_request(const LoadOptions &options) {
-  return (kStreamRequest + options.alignment - 1) / options.alignment * options.alignment;
+  return options.chunk_size;
+}
+
+unsigned stream_depth(const LoadOptions &options) {
+  const std::uint64_t wanted = std::uint64_t{options.queue_depth} * options.parallel_files;
+  const std::uint64_t fits = std::max<std::uint64_t>(2, kMaxStreamBytes / options.chunk_size);
+  return static_cast<unsigned>(std::min(wanted, fits));
+}
+
+std::size_t stream_slots(const LoadOptions &options) {
+  return std::size_t{stream_depth(options)} * 5 / 4 + 1;
 }
 
 // PHX_LOADER_STREAM=0 reads compat O_DIRECT files through File::read too.
@@ -321,7 +335,8 @@ detail::GatherMover &Loader::stream(int device) {
   if (it == streams_.end()) {
     it = streams_
              .emplace(device,
-                      detail::make_staged_mover(device, kStreamDepth, stream_request(options_)))
+                      detail::make_staged_mover(device, stream_depth(options_),
+                                                stream_request(options_), stream_slots(options_)))
              .first;
   }
   return *it->second;

@@ -96,7 +96,9 @@ TEST_F(SafetensorsCompat, ShardedCheckpointOnTwoGpusByteForByte) {
   }
 }
 
-// Larger than several of the stream's 16 MiB requests, ending mid-block.
+// Larger than one of the stream's default 32 MiB requests, ending
+// mid-block; then in 1 MiB requests, two in flight over three staging
+// slots, so that every slot is taken again while its copy may still run.
 TEST_F(SafetensorsCompat, StreamOfManyRequestsByteForByte) {
   const std::vector<TestTensor> tensors = {
       {"a", "F32", {5000001}, tensor_bytes(20000004, 31)},
@@ -105,16 +107,24 @@ TEST_F(SafetensorsCompat, StreamOfManyRequestsByteForByte) {
   };
   const auto path = dir_ / "big.safetensors";
   (void)write_safetensors(path, tensors, 3);
-  for (const int gpus : {1, 2}) {
-    st::LoadOptions o = compat_options();
-    o.cache = st::CachePolicy::direct;
-    o.devices = st::DeviceMap::parse(gpus == 2 ? "c=1" : "", 0);
-    const auto loaded = st::load(st::open_checkpoint(path), o);
-    expect_on_gpus(*loaded, tensors, o.devices);
-    if (loaded->stats.files_direct == 0) {
-      GTEST_SKIP() << dir_.path() << " has no O_DIRECT: the stream never runs there";
+  for (const bool small_requests : {false, true}) {
+    for (const int gpus : {1, 2}) {
+      SCOPED_TRACE(testing::Message() << gpus << " GPUs, small requests " << small_requests);
+      st::LoadOptions o = compat_options();
+      o.cache = st::CachePolicy::direct;
+      o.devices = st::DeviceMap::parse(gpus == 2 ? "c=1" : "", 0);
+      if (small_requests) {
+        o.chunk_size = std::size_t{1} << 20;
+        o.queue_depth = 2;
+        o.parallel_files = 1;
+      }
+      const auto loaded = st::load(st::open_checkpoint(path), o);
+      expect_on_gpus(*loaded, tensors, o.devices);
+      if (loaded->stats.files_direct == 0) {
+        GTEST_SKIP() << dir_.path() << " has no O_DIRECT: the stream never runs there";
+      }
+      EXPECT_EQ(loaded->stats.files_streamed, 1U);
     }
-    EXPECT_EQ(loaded->stats.files_streamed, 1U);
   }
 }
 
