@@ -25,6 +25,11 @@ tar -C "$source_dir" --exclude=./build --exclude='./build-*' --exclude=./.git \
   --exclude=./out --exclude=./.deps --exclude=./.cache -cf - . | tar -C "$scratch/src" -xf -
 
 "$python" -m venv --system-site-packages "$scratch/venv"
+# Where PYTHON is itself a virtual environment (the H200's torch), the new
+# one sees the base interpreter's packages only: a .pth adds PYTHON's own,
+# after the new environment's (the installed phoenix still comes first).
+"$python" -c 'import site; print("\n".join(site.getsitepackages()))' \
+  >"$("$scratch/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/outer-environment.pth"
 PIP_DISABLE_PIP_VERSION_CHECK=1 "$scratch/venv/bin/pip" install --no-build-isolation \
   --no-index --no-deps --quiet "$scratch/src/python"
 
