@@ -215,15 +215,35 @@ bool streams_enabled() {
   return detail::env_size("PHX_LOADER_STREAM", 1, 0, 1) != 0;
 }
 
-// One move of every request, in file order: one long queue never drains
-// between files or segments.  The mover counts bytes into shared.done as
+// PHX_LOADER_STREAM_FILES: files the stream reads at once (default 1, in
+// file order).  phx-load's host engine, which reads parallel_files files
+// at once, was the faster O_DIRECT ceiling over 43 paired rounds on the
+// H200 (docs/results.md); this knob lets the stream take that order too,
+// for an A/B before it becomes a default.
+std::size_t stream_files() {
+  return detail::env_size("PHX_LOADER_STREAM_FILES", 1, 1, 64);
+}
+
+struct StreamedRequest {
+  detail::PlannedRequest request;
+  const Streamed *owner = nullptr;
+};
+
+// One move of every request: one long queue never drains between files or
+// segments.  Each file's requests in order; with @p files > 1, interleaved
+// one by one over that many files at once, the next file taking the place
+// of one that has none left.  The mover counts bytes into shared.done as
 // they land.
 void read_streamed(detail::GatherMover &mover, std::span<const Streamed> segments,
                    const LoadOptions &options, SharedState &shared) {
   const std::size_t request = stream_request(options);
-  std::vector<detail::PlannedRequest> requests;
-  std::vector<const Streamed *> owner;
+  std::vector<std::vector<StreamedRequest>> by_file;
+  const File *last = nullptr;
   for (const Streamed &st : segments) {
+    if (by_file.empty() || st.file != last) {
+      by_file.emplace_back();
+      last = st.file;
+    }
     const Segment &s = *st.target->segment;
     const std::uint64_t span = request_span(s, *st.header, options);
     for (std::uint64_t off = 0; off < span; off += request) {
@@ -234,8 +254,26 @@ void read_streamed(detail::GatherMover &mover, std::span<const Streamed> segment
       r.file_offset = s.file_begin + off;
       r.size = static_cast<std::size_t>(std::min<std::uint64_t>(request, span - off));
       r.count = 1;
-      requests.push_back(r);
-      owner.push_back(&st);
+      by_file.back().push_back({r, &st});
+    }
+  }
+  std::vector<detail::PlannedRequest> requests;
+  std::vector<const Streamed *> owner;
+  const std::size_t lanes = stream_files();
+  std::vector<std::pair<std::size_t, std::size_t>> active;  // (file, its next request)
+  std::size_t waiting = 0;
+  while (waiting < by_file.size() || !active.empty()) {
+    while (active.size() < lanes && waiting < by_file.size()) {
+      active.emplace_back(waiting++, 0);
+    }
+    for (auto it = active.begin(); it != active.end();) {
+      const std::vector<StreamedRequest> &file = by_file[it->first];
+      if (it->second < file.size()) {
+        requests.push_back(file[it->second].request);
+        owner.push_back(file[it->second].owner);
+        ++it->second;
+      }
+      it = it->second < file.size() ? it + 1 : active.erase(it);
     }
   }
   std::vector<detail::RequestOutcome> outcomes(requests.size());

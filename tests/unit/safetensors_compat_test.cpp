@@ -25,15 +25,20 @@ namespace {
 
 using SafetensorsCompat = FakeGpuTest;
 
-// PHX_LOADER_STREAM=0 for one test, unset again even when it fails.
-class StreamOff {
+// An environment variable set for one test, unset again even when it fails.
+class ScopedEnv {
  public:
-  StreamOff() { ::setenv("PHX_LOADER_STREAM", "0", 1); }
-  ~StreamOff() { ::unsetenv("PHX_LOADER_STREAM"); }
-  StreamOff(const StreamOff &) = delete;
-  StreamOff &operator=(const StreamOff &) = delete;
-  StreamOff(StreamOff &&) = delete;
-  StreamOff &operator=(StreamOff &&) = delete;
+  ScopedEnv(const char *name, const std::string &value) : name_(name) {
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() { ::unsetenv(name_); }
+  ScopedEnv(const ScopedEnv &) = delete;
+  ScopedEnv &operator=(const ScopedEnv &) = delete;
+  ScopedEnv(ScopedEnv &&) = delete;
+  ScopedEnv &operator=(ScopedEnv &&) = delete;
+
+ private:
+  const char *name_;
 };
 
 st::LoadOptions compat_options() {
@@ -96,6 +101,25 @@ TEST_F(SafetensorsCompat, ShardedCheckpointOnTwoGpusByteForByte) {
   }
 }
 
+// PHX_LOADER_STREAM_FILES interleaves the stream's requests over several
+// files at once, the last files' (and the second GPU's) too.
+TEST_F(SafetensorsCompat, StreamOverSeveralFilesAtOnceByteForByte) {
+  const auto tensors = write_sharded(dir_);
+  for (const char *files : {"2", "5", "64"}) {
+    SCOPED_TRACE(std::string("PHX_LOADER_STREAM_FILES=") + files);
+    const ScopedEnv lanes("PHX_LOADER_STREAM_FILES", files);
+    st::LoadOptions o = compat_options();
+    o.cache = st::CachePolicy::direct;
+    o.devices = st::DeviceMap::parse("layers.1=1,layers.4=1", 0);
+    const auto loaded = st::load(st::open_checkpoint(dir_ / "model.safetensors.index.json"), o);
+    expect_on_gpus(*loaded, tensors, o.devices);
+    if (loaded->stats.files_direct == 0) {
+      GTEST_SKIP() << dir_.path() << " has no O_DIRECT: the stream never runs there";
+    }
+    EXPECT_EQ(loaded->stats.files_streamed, 5U);
+  }
+}
+
 // Larger than one of the stream's default 32 MiB requests, ending
 // mid-block; then in 1 MiB requests, two in flight over three staging
 // slots, so that every slot is taken again while its copy may still run.
@@ -130,7 +154,7 @@ TEST_F(SafetensorsCompat, StreamOfManyRequestsByteForByte) {
 
 TEST_F(SafetensorsCompat, DirectFilesWithoutTheStreamByteForByte) {
   const auto tensors = write_sharded(dir_);
-  const StreamOff off;
+  const ScopedEnv off("PHX_LOADER_STREAM", "0");
   st::LoadOptions o = compat_options();
   o.cache = st::CachePolicy::direct;
   o.devices = st::DeviceMap::parse("layers.1=1", 0);
