@@ -166,8 +166,8 @@ struct LoadOptions {
   /// The I/O shape: requests of chunk_size bytes, queue_depth of them in
   /// flight per file, parallel_files files at once.  A compat GPU's cold
   /// stream reads its files one after another with queue_depth x
-  /// parallel_files requests in flight (at most 1 GiB), its pinned staging
-  /// a quarter larger.
+  /// parallel_files requests in flight (at most 1 GiB or two requests),
+  /// its pinned staging a quarter larger.
   std::size_t chunk_size = std::size_t{32} << 20;  ///< bytes per io_uring request
   unsigned queue_depth = 8;                        ///< requests in flight per file
   unsigned parallel_files = 4;                     ///< files read at the same time

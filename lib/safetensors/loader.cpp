@@ -49,8 +49,8 @@ constexpr unsigned kEnginePiecesInFlight = 3;
 // (the Python O_DIRECT ceiling's) measured the same within the disk's
 // noise (docs/results.md).  The copy of a slot to the GPU takes a fraction
 // of its read, so a quarter more slots than reads in flight keep the reads
-// from waiting on a copy.  At most 1 GiB in flight (the default's),
-// whatever chunk_size asks: the staging is pinned host memory.
+// from waiting on a copy.  At most 1 GiB in flight (the default's) or two
+// requests, whichever is more: the staging is pinned host memory.
 constexpr std::uint64_t kMaxStreamBytes = std::uint64_t{1} << 30;
 
 struct Target {
