@@ -58,6 +58,36 @@ class ColdAb(unittest.TestCase):
             mine = sorted(r["gbps"] for r in loads if r["method"] == name)
             self.assertAlmostEqual(summary[name]["median_gbps"], mine[1])
 
+    def test_keep_reuses_the_checkpoint_and_budget_stops_rounds(self):
+        with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
+            scratch = pathlib.Path(tmp) / "scratch"
+            out = pathlib.Path(tmp) / "ab.jsonl"
+            first = run(str(out), "--model", "quick", "--rounds", "1", "--keep",
+                        scratch=str(scratch))
+            self.assertEqual(first.returncode, 0, first.stderr[-2000:])
+            self.assertIn(" generated in ", first.stdout)
+            model = json.loads(out.read_text().splitlines()[0])["model"]
+            shards = sorted((scratch / model).iterdir())
+            self.assertTrue(shards, "--keep deleted the checkpoint")
+            stamps = [s.stat().st_mtime_ns for s in shards]
+            second = run(str(out), "--model", "quick", "--rounds", "5", "--keep",
+                         "--budget-s", "0", scratch=str(scratch))
+            self.assertEqual(second.returncode, 0, second.stderr[-2000:])
+            self.assertIn(" kept in ", second.stdout)
+            self.assertEqual([s.stat().st_mtime_ns for s in sorted((scratch / model).iterdir())],
+                             stamps, "the kept checkpoint was written again")
+            self.assertIn("1 rounds of 5", second.stdout)
+            rows = [json.loads(line) for line in out.read_text().splitlines()]
+            loads = [r for r in rows if r["kind"] == "load"]
+            # one round each run, three methods (default variant, two ceilings)
+            self.assertEqual(len(loads), 2 * 3)
+            self.assertEqual({r["round"] for r in loads}, {0})
+            # without --keep, a kept checkpoint is generated again and deleted
+            third = run(str(out), "--model", "quick", "--rounds", "1", scratch=str(scratch))
+            self.assertEqual(third.returncode, 0, third.stderr[-2000:])
+            self.assertIn(" generated in ", third.stdout)
+            self.assertFalse((scratch / model).exists())
+
     def test_malformed_variants_are_refused(self):
         with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
             for spec, says in (("x:depth=4", "unknown setting 'depth'"),
