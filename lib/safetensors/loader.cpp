@@ -216,10 +216,9 @@ bool streams_enabled() {
 }
 
 // PHX_LOADER_STREAM_FILES: files the stream reads at once (default 1, in
-// file order).  phx-load's host engine, which reads parallel_files files
-// at once, was the faster O_DIRECT ceiling over 43 paired rounds on the
-// H200 (docs/results.md); this knob lets the stream take that order too,
-// for an A/B before it becomes a default.
+// file order).  On the H200's one virtio disk four files at once were
+// 0.97x one file, paired (docs/results.md), so one stays the default;
+// storage that stripes over several drives may reward spreading.
 std::size_t stream_files() {
   return detail::env_size("PHX_LOADER_STREAM_FILES", 1, 1, 64);
 }
