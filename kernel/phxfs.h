@@ -21,6 +21,7 @@
 #include <linux/memremap.h>
 #include <linux/mutex.h>
 #include <linux/pci.h>
+#include <linux/wait.h>
 #include <linux/workqueue.h>
 #include <linux/xarray.h>
 
@@ -77,6 +78,8 @@ struct phxfs_dev {
 	struct device *node;
 	/* Serialises claiming device pages for registrations (claim_lock). */
 	struct mutex claim_lock;
+	/* Woken whenever a registration releases its claim. */
+	wait_queue_head_t claim_wq;
 	/* Next free mmap page offset; offsets are never reused. */
 	atomic64_t next_pgoff;
 	struct phxfs_counters stats;

@@ -49,28 +49,80 @@ void phxfs_reg_put(struct phxfs_reg *reg)
 }
 
 /*
+ * How long a REGISTER waits for pages that a registration being torn down
+ * still claims.  The teardown holds its claim until DMA in flight on the
+ * pages has finished, and with NVIDIA's legacy API the driver may already
+ * have handed the memory to a new allocation by then (the free callback
+ * cannot wait for a DEREGISTER that owns the teardown): without the wait,
+ * registering that allocation fails for a few milliseconds.  Bounded, so
+ * that pages held for good (an io_uring fixed buffer, a vmsplice'd pipe)
+ * still give -EBUSY.
+ */
+#define PHXFS_CLAIM_WAIT (HZ)
+
+/*
  * Device pages belong to at most one registration at a time, so "idle" is
  * exact: zone_device_data (unused by the core for these pgmap types) names
  * the owner.
+ *
+ * Returns the owner of the first page another registration claims, with
+ * @reg claiming nothing, or NULL with @reg claiming every page.  Sets
+ * @dying when that owner's teardown has begun: it releases the claim on
+ * its own, once its pages are idle.
  */
-static int phxfs_reg_claim(struct phxfs_reg *reg)
+static struct phxfs_reg *phxfs_reg_try_claim(struct phxfs_reg *reg,
+					     struct page **busy, bool *dying)
 {
 	struct phxfs_dev *dev = reg->dev;
+	struct phxfs_reg *owner = NULL;
 	unsigned long i;
+	int state;
 
 	mutex_lock(&dev->claim_lock);
 	for (i = 0; i < reg->npages; i++) {
-		if (reg->pages[i]->zone_device_data)
-			goto busy;
+		owner = reg->pages[i]->zone_device_data;
+		if (owner)
+			break;
 		reg->pages[i]->zone_device_data = reg;
 	}
+	if (owner) {
+		*busy = reg->pages[i];
+		/* Alive: it cannot unclaim (and so be freed) without claim_lock. */
+		state = atomic_read(&owner->state);
+		*dying = state == PHXFS_REG_RELEASING ||
+			 state == PHXFS_REG_REVOKING;
+		while (i--)
+			reg->pages[i]->zone_device_data = NULL;
+	}
 	mutex_unlock(&dev->claim_lock);
+	return owner;
+}
+
+/*
+ * -EBUSY at once when a live registration (or one being created) holds
+ * some of the pages; when only dying ones do, waits up to PHXFS_CLAIM_WAIT
+ * for them to let go.  -ERESTARTSYS on a signal.
+ */
+static int phxfs_reg_claim(struct phxfs_reg *reg)
+{
+	unsigned long deadline = jiffies + PHXFS_CLAIM_WAIT;
+	struct phxfs_reg *owner;
+	struct page *busy;
+	bool dying;
+	long left;
+
+	while ((owner = phxfs_reg_try_claim(reg, &busy, &dying))) {
+		left = (long)(deadline - jiffies);
+		if (!dying || left <= 0)
+			return -EBUSY;
+		/* Compares the pointer only: @owner may be freed by now. */
+		left = wait_event_interruptible_timeout(
+			reg->dev->claim_wq,
+			READ_ONCE(busy->zone_device_data) != owner, left);
+		if (left < 0)
+			return left;
+	}
 	return 0;
-busy:
-	while (i--)
-		reg->pages[i]->zone_device_data = NULL;
-	mutex_unlock(&dev->claim_lock);
-	return -EBUSY;
 }
 
 static void phxfs_reg_unclaim(struct phxfs_reg *reg)
@@ -83,6 +135,7 @@ static void phxfs_reg_unclaim(struct phxfs_reg *reg)
 		if (reg->pages[i]->zone_device_data == reg)
 			reg->pages[i]->zone_device_data = NULL;
 	mutex_unlock(&dev->claim_lock);
+	wake_up_all(&dev->claim_wq);
 }
 
 /*
@@ -167,8 +220,9 @@ static void phxfs_reg_finish_work(struct work_struct *work)
  *
  * Return: 0; -EINVAL for a zero or misaligned range, -EOVERFLOW when it
  * wraps, -ERANGE when it lies outside the device, -EBUSY when another
- * registration holds some of its pages, -ENOSPC when mmap offsets ran out,
- * -ENOMEM, or the provider's -errno.
+ * registration holds some of its pages (one being torn down is waited for,
+ * up to PHXFS_CLAIM_WAIT), -ERESTARTSYS when a signal ended that wait,
+ * -ENOSPC when mmap offsets ran out, -ENOMEM, or the provider's -errno.
  */
 int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 		     struct phxfs_reg **out)

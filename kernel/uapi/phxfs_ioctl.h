@@ -140,7 +140,10 @@ struct phxfs_register {
  *             range is empty or not a multiple of phxfs_info.page_size;
  *  EOVERFLOW  device_addr + length wraps;
  *  ERANGE     the range lies (partly) outside the device memory;
- *  EBUSY      another live registration holds some of the same pages;
+ *  EBUSY      another registration holds some of the same pages (one
+ *             being torn down, e.g. DEREGISTER waiting for DMA in flight,
+ *             is first waited for, up to one second);
+ *  EINTR      a signal ended that wait;
  *  ENOENT     DEREGISTER of a handle this open file does not hold;
  *  ENODEV     the provider's driver is not loaded (PHXFS_INFO_PROVIDER_MISSING);
  *  EOPNOTSUPP, EIO, ENOMEM  from the provider (e.g. NVIDIA refuses memory

@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "vmtest.h"
@@ -780,6 +781,112 @@ static int t_two_devices(char *detail, size_t len) {
   return 0;
 }
 
+static double monotonic_s(void) {
+  struct timespec ts;
+
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+struct pipe_release {
+  int fds[2];
+  useconds_t after_us;
+  double at;
+};
+
+static void *release_pipe(void *p) {
+  struct pipe_release *pr = p;
+
+  usleep(pr->after_us);
+  pr->at = monotonic_s();
+  close(pr->fds[0]);
+  close(pr->fds[1]);
+  return NULL;
+}
+
+/*
+ * A REGISTER of pages that a registration being torn down still claims
+ * waits for the teardown, a bounded time: with NVIDIA's legacy API the
+ * driver can hand freed memory to a new allocation while the old
+ * DEREGISTER still waits for DMA in flight.  Here a vmsplice'd pipe holds
+ * the old pages' references (GUP, as DMA in flight does) until it closes.
+ */
+static int t_register_waits_for_teardown(char *detail, size_t len) {
+  const uint64_t size = 64 * KiB, disk = 11 * MiB;
+  unsigned char *ref = ram_alloc(size);
+  struct pipe_release pr = {.after_us = 500000};
+  struct phxfs_register again;
+  struct phxfs_info info;
+  struct region r;
+  struct iovec iov;
+  pthread_t releaser;
+  double busy_s, enter, done;
+  int raw, fd2, ret, status;
+  unsigned char *map;
+  pid_t pid;
+
+  EXPECT(ref, "memory");
+  raw = open(raw_path, O_RDONLY | O_DIRECT);
+  EXPECT(raw >= 0, "open raw");
+  ret = region_open(&r, 0, size);
+  EXPECT(!ret, "region: %s", strerror(-ret));
+  memset(r.map, 0x5a, size);
+  EXPECT(!pipe(pr.fds), "pipe");
+  iov = (struct iovec){r.map, size};
+  EXPECT(vmsplice(pr.fds[1], &iov, 1, 0) == (ssize_t)size, "vmsplice: %s", strerror(errno));
+  pid = fork();
+  EXPECT(pid >= 0, "fork");
+  if (pid == 0) {
+    close(pr.fds[0]);
+    close(pr.fds[1]);
+    _exit(phx_deregister(r.fd, r.reg.handle) ? 1 : 0);
+  }
+  usleep(300000);
+  EXPECT(waitpid(pid, &status, WNOHANG) == 0, "DEREGISTER returned while a pipe held the pages");
+  fd2 = phx_open_dev(0);
+  EXPECT(fd2 >= 0, "open");
+
+  /* The pipe keeps its references: EBUSY, after the bounded wait. */
+  enter = monotonic_s();
+  ret = phx_register(fd2, r.bar_off, size, &again);
+  busy_s = monotonic_s() - enter;
+  EXPECT(ret == -EBUSY, "REGISTER while the old pages stay referenced: %s", strerror(-ret));
+  EXPECT(busy_s >= 0.5 && busy_s < 10, "REGISTER gave EBUSY after %.3f s, not a bounded wait",
+         busy_s);
+
+  /* The pipe closes while REGISTER waits: the teardown ends, REGISTER succeeds. */
+  EXPECT(!pthread_create(&releaser, NULL, release_pipe, &pr), "thread");
+  enter = monotonic_s();
+  ret = phx_register(fd2, r.bar_off, size, &again);
+  done = monotonic_s();
+  pthread_join(releaser, NULL);
+  EXPECT(enter < pr.at, "REGISTER started %.3f s after the pipe closed: nothing was tested",
+         enter - pr.at);
+  EXPECT(!ret, "REGISTER during the old registration's teardown: %s", strerror(-ret));
+  EXPECT(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+         "the DEREGISTER that waited failed (status %#x)", status);
+  EXPECT(touch_signal(r.map) == SIGBUS, "the old mapping still reaches the pages");
+  EXPECT(!munmap(r.map, size), "munmap");
+  close(r.fd);
+
+  map = phx_map(fd2, &again);
+  EXPECT(map, "mmap of the new registration: %s", strerror(errno));
+  EXPECT(!read_exact(raw, map, size, disk) && !read_exact(raw, ref, size, disk), "reads");
+  EXPECT(!memcmp(map, ref, size), "the new registration read other bytes");
+  vm_evidence_disk(0, r.bar_off, disk, size);
+  EXPECT(!munmap(map, size) && !phx_deregister(fd2, again.handle), "close the new registration");
+  EXPECT(!phx_get_info(fd2, &info) && info.regs_live == 0 && info.pages_mapped == 0,
+         "counters: live %llu mapped %llu", (unsigned long long)info.regs_live,
+         (unsigned long long)info.pages_mapped);
+  close(fd2);
+  close(raw);
+  snprintf(detail, len,
+           "held pages: EBUSY after %.2f s; released while waiting: REGISTER done %.2f s after "
+           "the release, 64 KiB read verified",
+           busy_s, done - pr.at);
+  return 0;
+}
+
 int vmtest_pcibar(void) {
   int raw;
 
@@ -819,5 +926,6 @@ int vmtest_pcibar(void) {
   vm_run("pcibar/madv_dontneed", t_madv_dontneed);
   vm_run("pcibar/fork", t_fork);
   vm_run("pcibar/kill_with_live_registration", t_kill_live);
+  vm_run("pcibar/register_waits_for_teardown", t_register_waits_for_teardown);
   return vm_failures() ? 1 : 0;
 }
