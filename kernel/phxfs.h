@@ -72,8 +72,10 @@ struct phxfs_dev {
 	phys_addr_t bar_start;
 	resource_size_t bar_size;
 	const struct phxfs_provider *provider;
-	struct dev_pagemap pgmap;
-	bool pages_created;
+	/* Our own pgmap (kernels without CONFIG_PCI_P2PDMA), or NULL. */
+	struct dev_pagemap *pgmap;
+	/* The whole BAR allocated from its p2pdma pool (CONFIG_PCI_P2PDMA). */
+	void *p2p_kaddr;
 	bool p2pdma;
 	struct device *node;
 	/* Serialises claiming device pages for registrations (claim_lock). */

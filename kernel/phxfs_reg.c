@@ -22,12 +22,6 @@
 #include "phxfs.h"
 #include "phxfs_compat.h"
 
-/*
- * Refcount of an unmapped, unpinned ZONE_DEVICE page on 6.1-6.14: the core
- * initialises it to 1 and resets it to 1 in free_zone_device_page().
- */
-#define PHXFS_IDLE_PAGE_REFS 1
-
 /* Pages a fault maps beyond the faulting one (2 MiB with 4 KiB pages). */
 #define PHXFS_INSERT_BATCH 512UL
 
