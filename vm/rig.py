@@ -2,7 +2,7 @@
 """Phoenix VM rig: Debian stock kernels in QEMU with emulated NVMe and ivshmem.
 
 Subcommands (vm/run and vm/fetch-kernels are thin wrappers):
-  fetch   download and unpack the newest Debian 6.1 / 6.12 kernels into the
+  fetch   download and unpack the newest Debian 6.1 / 6.12 / 7.2 kernels into the
           cache, check their headers by building a hello module
   run     build the guest for each kernel, boot it, judge the report
 
@@ -40,16 +40,45 @@ VM_DIR = REPO / "vm"
 WORK_ROOT = REPO / "build" / "vm"
 DEFAULT_CACHE = "/var/cache/phoenix-vm"
 
-# Kernel series the rig knows: package-name patterns of the unsigned image.
+
+
+@dataclass(frozen=True)
+class Series:
+    """A kernel series the rig boots.
+
+    image: package-name pattern of the kernel image, group 1 the release.
+    suite: None for the host's own apt sources (bookworm, backports); else a
+           Debian suite read through private apt lists in the cache (sid's
+           7.x), never added to the host's sources.
+    split: the image is split into linux-binary-, linux-modules- and
+           linux-base- packages (Debian from 7.x) instead of one
+           linux-image-*-unsigned.
+    buildroot: modules are built in a chroot of the suite made with
+           debootstrap (its headers need the suite's compiler: sid's 7.x
+           headers pass gcc-16 flags that Debian 12's gcc-12 rejects).
+    """
+    image: re.Pattern
+    suite: str | None = None
+    split: bool = False
+    buildroot: bool = False
+
+
 SERIES = {
-    "6.1": re.compile(r"^linux-image-(6\.1\.0-(\d+)-amd64)-unsigned$"),
-    "6.12": re.compile(r"^linux-image-(6\.12\.(\d+)\+deb12-amd64)-unsigned$"),
+    "6.1": Series(re.compile(r"^linux-image-(6\.1\.0-(\d+)-amd64)-unsigned$")),
+    "6.12": Series(re.compile(r"^linux-image-(6\.12\.(\d+)\+deb12-amd64)-unsigned$")),
+    # CONFIG_PCI_P2PDMA=y, refcount-0 idle ZONE_DEVICE pages.
+    "7.2": Series(re.compile(r"^linux-image-(7\.2\.(\d+)\+deb14-amd64)$"), suite="sid",
+                  split=True, buildroot=True),
 }
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+DEBIAN_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 
 # Stock modules the guest's /init loads (with their dependencies).
 # crc32c_generic: ext4's metadata checksums need a crc32c shash and there is
 # no modprobe in the guest to load it on demand.
 GUEST_MODULES = ["nvme", "crc32c_generic", "ext4"]
+# Those a kernel may lack: 7.x computes crc32c in a library, without it.
+GUEST_MODULES_OPTIONAL = {"crc32c_generic"}
 
 # Stock modules shipped in the initramfs but not loaded by /init: the guest's
 # busybox modprobe loads them on demand from a modules.dep/modules.alias cut
@@ -116,12 +145,19 @@ EXT4_MIB = 512
 SHM_MIB = 256
 # Two large BARs carry the suite; six small ones make the eight devices the
 # module must serve at once (2 MiB is its minimum: a memory subsection).
-SHM_SIZES_MIB = (SHM_MIB, SHM_MIB, 4, 4, 4, 4, 4, 4)
-NSHM = len(SHM_SIZES_MIB)
+# The last one is the "far" BAR: on the root bus, not behind the switch
+# with the NVMe drives (see qemu_command), for the P2PDMA distance case.
+SHM_SIZES_MIB = (SHM_MIB, SHM_MIB, 4, 4, 4, 4, 4, 4, 4)
+NSHM = len(SHM_SIZES_MIB) - 1
 KVM_PROBE_S = 15
-# Fixed PCI slots on pcie.0 so that BDFs (and their order) never change.
-NVME_SLOTS = (0x04, 0x05)
-SHM_SLOTS = tuple(range(0x10, 0x10 + NSHM))
+# PCIe topology, fixed so that BDFs (and their order) never change: as in a
+# GPU server, the NVMe drives and the device-memory BARs sit behind one PCIe
+# switch (QEMU's TI XIO3130: an upstream port under a root port, one
+# downstream port per device), so that kernels with CONFIG_PCI_P2PDMA find
+# them a P2P distance apart; the far BAR sits on the root bus, where P2P to
+# the NVMe needs a whitelisted host bridge, which QEMU's Q35 is not.
+ROOT_PORT_SLOT = 0x08
+FAR_SHM_SLOT = 0x10
 
 KERNEL_CMDLINE = [
     "console=ttyS0",
@@ -228,18 +264,25 @@ class Kernel:
     release: str            # uname -r, e.g. 6.1.0-57-amd64
     root: Path              # unpacked packages
     packages: list[str]
+    buildroot: Path | None = None   # chroot that builds its modules, if any
 
     @property
     def kdir(self) -> Path:
-        return self.root / "usr/src" / f"linux-headers-{self.release}"
+        base = self.buildroot if self.buildroot else self.root
+        return base / "usr/src" / f"linux-headers-{self.release}"
+
+    def _boot_file(self, name: str) -> Path:
+        """/boot/NAME-REL (up to 6.x), else /usr/lib/modules/REL/NAME (7.x)."""
+        old = self.root / "boot" / f"{name}-{self.release}"
+        return old if old.exists() else self.root / "usr/lib/modules" / self.release / name
 
     @property
     def vmlinuz(self) -> Path:
-        return self.root / "boot" / f"vmlinuz-{self.release}"
+        return self._boot_file("vmlinuz")
 
     @property
     def config(self) -> Path:
-        return self.root / "boot" / f"config-{self.release}"
+        return self._boot_file("config")
 
     @property
     def moddir(self) -> Path:
@@ -250,8 +293,37 @@ def cache_dir() -> Path:
     return Path(os.environ.get("PHX_VM_CACHE") or DEFAULT_CACHE)
 
 
-def apt_show_field(pkg: str, fld: str) -> str:
-    out = run_cmd(["apt-cache", "show", "--no-all-versions", pkg],
+def apt_options(series: str) -> list[str]:
+    """apt-get/apt-cache options that read SERIES' suite: none for the host's
+    own sources; for another suite, private lists in the cache, so the host's
+    apt sources never change."""
+    suite = SERIES[series].suite
+    if suite is None:
+        return []
+    d = cache_dir() / f"apt-{suite}"
+    (d / "lists/partial").mkdir(parents=True, exist_ok=True)
+    (d / "archives/partial").mkdir(parents=True, exist_ok=True)
+    src = d / "sources.list"
+    line = f"deb [signed-by={DEBIAN_KEYRING}] {DEBIAN_MIRROR} {suite} main\n"
+    if not src.is_file() or src.read_text() != line:
+        src.write_text(line)
+    return [f"-oDir::Etc::SourceList={src}", "-oDir::Etc::SourceParts=/dev/null",
+            f"-oDir::State::Lists={d / 'lists'}", f"-oDir::Cache={d}",
+            "-oAPT::Architecture=amd64", "-oAPT::Architectures=amd64"]
+
+
+def apt_update(series: str) -> None:
+    run_cmd(["apt-get", *apt_options(series), "update"], what="apt-get update")
+
+
+def apt_has_lists(series: str) -> bool:
+    if SERIES[series].suite is None:
+        return True
+    return any((cache_dir() / f"apt-{SERIES[series].suite}" / "lists").glob("*_Packages*"))
+
+
+def apt_show_field(pkg: str, fld: str, series: str) -> str:
+    out = run_cmd(["apt-cache", *apt_options(series), "show", "--no-all-versions", pkg],
                   what=f"apt-cache show {pkg}")
     m = re.search(rf"^{fld}: (.*)$", out, re.M)
     if not m:
@@ -263,31 +335,50 @@ def newest_release(series: str) -> str:
     env = os.environ.get("PHX_VM_KERNEL_" + series.replace(".", "_"))
     if env:
         return env
-    pat = SERIES[series]
-    names = run_cmd(["apt-cache", "pkgnames", "linux-image-" + series + "."],
+    ser = SERIES[series]
+    if not apt_has_lists(series):
+        apt_update(series)
+    names = run_cmd(["apt-cache", *apt_options(series), "pkgnames", "linux-image-" + series + "."],
                     what="apt-cache pkgnames").split()
-    found = sorted({m.group(1) for n in names if (m := pat.match(n))}, key=version_key)
+    found = sorted({m.group(1) for n in names if (m := ser.image.match(n))}, key=version_key)
     # pkgnames also lists names only mentioned by other packages: take the
     # newest one apt can actually download.
     for rel in reversed(found):
-        proc = subprocess.run(["apt-cache", "show", "--no-all-versions",
-                               f"linux-image-{rel}-unsigned"],
+        proc = subprocess.run(["apt-cache", *apt_options(series), "show", "--no-all-versions",
+                               image_package(series, rel)],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         if proc.returncode == 0 and proc.stdout.strip():
             return rel
+    where = f"the {ser.suite} suite" if ser.suite else "bookworm or bookworm-backports"
     raise RigError(
-        f"apt knows no linux-image-*-amd64-unsigned package of the {series} series "
-        "(bookworm-backports missing or apt lists stale: run scripts/setup)")
+        f"apt knows no kernel image package of the {series} series in {where} "
+        "(apt lists stale or a source missing: run scripts/setup)")
 
 
-def kernel_packages(rel: str) -> list[str]:
+def image_package(series: str, rel: str) -> str:
+    return f"linux-image-{rel}" if SERIES[series].split else f"linux-image-{rel}-unsigned"
+
+
+def depends_names(pkg: str, series: str) -> list[str]:
+    deps = apt_show_field(pkg, "Depends", series)
+    return [d.strip().split()[0] for alt in deps.split(",") for d in alt.split("|")]
+
+
+def kernel_packages(series: str, rel: str) -> list[str]:
+    if SERIES[series].split:
+        # The image is a metapackage: vmlinuz, modules, and config/System.map.
+        names = depends_names(f"linux-image-{rel}", series)
+        parts = [f"linux-{part}-{rel}" for part in ("binary", "modules", "base")]
+        missing = [p for p in parts if p not in names]
+        if missing:
+            raise RigError(f"linux-image-{rel} does not depend on {', '.join(missing)}")
+        return parts
     hdr = f"linux-headers-{rel}"
-    deps = apt_show_field(hdr, "Depends")
-    names = [d.strip().split()[0] for alt in deps.split(",") for d in alt.split("|")]
+    names = depends_names(hdr, series)
     common = [n for n in names if re.fullmatch(r"linux-headers-.*-common", n)]
     kbuild = [n for n in names if n.startswith("linux-kbuild-")]
     if len(common) != 1 or len(kbuild) != 1:
-        raise RigError(f"cannot find the -common and kbuild packages in {hdr}'s Depends: {deps}")
+        raise RigError(f"cannot find the -common and kbuild packages in {hdr}'s Depends: {names}")
     return [f"linux-image-{rel}-unsigned", hdr, common[0], kbuild[0]]
 
 
@@ -302,17 +393,53 @@ MODULE_LICENSE("GPL");
 
 
 def check_headers(k: Kernel) -> None:
-    """Builds a trivial out-of-tree module against the unpacked headers."""
+    """Builds a trivial out-of-tree module against the kernel's headers, in
+    its build root when it has one."""
     with tempfile.TemporaryDirectory(prefix="phx-hello-") as d:
         Path(d, "hello.c").write_text(HELLO_C)
         Path(d, "Kbuild").write_text("obj-m := hello.o\n")
-        run_cmd(["make", "-C", str(k.kdir), f"M={d}", "modules"],
-                what=f"building a hello module against {k.kdir}")
+        if k.buildroot:
+            run_cmd([str(REPO / "vm/kbuild-chroot"), str(k.buildroot), str(k.kdir), d],
+                    what=f"building a hello module in {k.buildroot}")
+        else:
+            run_cmd(["make", "-C", str(k.kdir), f"M={d}", "modules"],
+                    what=f"building a hello module against {k.kdir}")
         if not Path(d, "hello.ko").is_file():
             raise RigError(f"hello module against {k.kdir}: no hello.ko produced")
 
 
-def unpack_kernel(rel: str, dest: Path, packages: list[str]) -> None:
+def ensure_buildroot(series: str, rel: str) -> Path:
+    """A minimal chroot of SERIES' suite with its compiler and rel's headers,
+    made once with debootstrap and cached (about two minutes)."""
+    suite = SERIES[series].suite or "bookworm"
+    dest = cache_dir() / f"buildroot-{rel}"
+    stamp = dest / "phx-complete.json"
+    if stamp.is_file():
+        return dest
+    need_tools("debootstrap")
+    hdr = f"linux-headers-{rel}"
+    # The headers name the compiler they were made with (gcc-N-for-host).
+    compilers = [n for n in depends_names(hdr, series) if re.fullmatch(r"gcc-\d+(-for-host)?", n)]
+    if not compilers:
+        raise RigError(f"{hdr} names no gcc-N in its Depends")
+    if dest.exists():
+        shutil.rmtree(dest)
+    t0 = time.monotonic()
+    info(f"making the {suite} build root for {rel} with debootstrap")
+    include = ",".join([compilers[0], "make", "libc6-dev", "libelf-dev", hdr])
+    run_cmd(["debootstrap", "--variant=minbase", f"--keyring={DEBIAN_KEYRING}",
+             f"--include={include}", suite, str(dest), DEBIAN_MIRROR],
+            what=f"debootstrap {suite} into {dest}")
+    # Only the build root's own tools run in it: drop the apt caches.
+    shutil.rmtree(dest / "var/cache/apt/archives", ignore_errors=True)
+    stamp.write_text(json.dumps({"release": rel, "suite": suite, "compiler": compilers[0]},
+                                indent=1) + "\n")
+    info(f"build root {dest} ready ({time.monotonic() - t0:.0f}s)")
+    return dest
+
+
+def unpack_kernel(series: str, rel: str, dest: Path, packages: list[str],
+                  buildroot: Path | None) -> None:
     debs = dest / "debs"
     root = dest / "root"
     debs.mkdir(parents=True, exist_ok=True)
@@ -321,7 +448,8 @@ def unpack_kernel(rel: str, dest: Path, packages: list[str]) -> None:
     if todo:
         info(f"downloading {' '.join(todo)}")
         try:
-            run_cmd(["apt-get", "download", *todo], cwd=debs, what="apt-get download")
+            run_cmd(["apt-get", *apt_options(series), "download", *todo], cwd=debs,
+                    what="apt-get download")
         except RigError as e:
             raise DownloadError(str(e)) from e
     have = {p.name.split("_")[0]: p for p in debs.glob("*.deb")}
@@ -333,14 +461,18 @@ def unpack_kernel(rel: str, dest: Path, packages: list[str]) -> None:
     root.mkdir()
     for p in packages:
         run_cmd(["dpkg-deb", "-x", str(have[p]), str(root)], what=f"dpkg-deb -x {have[p].name}")
-    k = Kernel("", rel, root, packages)
-    # The arch headers' Makefile includes the -common one by absolute path.
-    mk = k.kdir / "Makefile"
-    text = mk.read_text()
-    fixed = re.sub(r"(?m)^include /usr/src/", f"include {root}/usr/src/", text)
-    if fixed == text:
-        raise RigError(f"{mk}: no 'include /usr/src/...' line to point into the cache")
-    mk.write_text(fixed)
+    k = Kernel(series, rel, root, packages, buildroot)
+    if (root / "usr/lib/modules").is_dir() and not (root / "lib").exists():
+        # Merged /usr (7.x packages): depmod -b and the rig read lib/modules.
+        (root / "lib").symlink_to("usr/lib")
+    if not buildroot:
+        # The arch headers' Makefile includes the -common one by absolute path.
+        mk = k.kdir / "Makefile"
+        text = mk.read_text()
+        fixed = re.sub(r"(?m)^include /usr/src/", f"include {root}/usr/src/", text)
+        if fixed == text:
+            raise RigError(f"{mk}: no 'include /usr/src/...' line to point into the cache")
+        mk.write_text(fixed)
     # lib/modules/<rel>/build and source are absolute links into /usr/src.
     for name in ("build", "source"):
         link = k.moddir / name
@@ -361,7 +493,9 @@ class DownloadError(RigError):
 
 
 def fetch(series: str) -> Kernel:
-    need_tools("apt-cache", "apt-get", "dpkg-deb", "depmod", "make", "gcc-12")
+    need_tools("apt-cache", "apt-get", "dpkg-deb", "depmod", "make")
+    if not SERIES[series].buildroot:
+        need_tools("gcc-12")
     try:
         return fetch_once(series)
     except DownloadError as e:
@@ -370,7 +504,7 @@ def fetch(series: str) -> Kernel:
         if os.geteuid() != 0:
             raise
         info(f"{e}; running apt-get update and trying again")
-        run_cmd(["apt-get", "update"], what="apt-get update")
+        apt_update(series)
         return fetch_once(series)
 
 
@@ -385,15 +519,16 @@ def fetch_once(series: str) -> Kernel:
     stamp = dest / "complete.json"
     with open(base / ".lock", "w") as lk:
         fcntl.flock(lk, fcntl.LOCK_EX)
+        buildroot = ensure_buildroot(series, rel) if SERIES[series].buildroot else None
         if stamp.is_file():
             data = json.loads(stamp.read_text())
-            k = Kernel(series, rel, dest / "root", data["packages"])
+            k = Kernel(series, rel, dest / "root", data["packages"], buildroot)
             if data.get("root") == str(k.root) and k.vmlinuz.is_file():
                 return k
-        packages = kernel_packages(rel)
+        packages = kernel_packages(series, rel)
         t0 = time.monotonic()
-        unpack_kernel(rel, dest, packages)
-        k = Kernel(series, rel, dest / "root", packages)
+        unpack_kernel(series, rel, dest, packages, buildroot)
+        k = Kernel(series, rel, dest / "root", packages, buildroot)
         stamp.write_text(json.dumps({"release": rel, "packages": packages,
                                      "root": str(k.root)}, indent=1) + "\n")
         info(f"kernel {rel} cached in {dest} ({time.monotonic() - t0:.0f}s)")
@@ -409,6 +544,7 @@ def pvh_vmlinux(k: Kernel) -> Path:
     out = k.root / "boot" / f"vmlinux-{k.release}"
     if out.is_file():
         return out
+    out.parent.mkdir(exist_ok=True)
     with open(cache_dir() / ".lock", "w") as lk:
         fcntl.flock(lk, fcntl.LOCK_EX)
         if out.is_file():
@@ -513,6 +649,8 @@ def module_load_order(k: Kernel, wanted: list[str]) -> list[Path]:
             if re.search(rf"/{re.escape(name)}\.ko$", builtin, re.M) or \
                re.search(rf"/{re.escape(name.replace('_', '-'))}\.ko$", builtin, re.M):
                 continue  # built in
+            if name in GUEST_MODULES_OPTIONAL:
+                continue
             raise RigError(f"module {name} is neither in {dep_file} nor built into {k.release}")
         visit(by_name[key], ())
     return [k.moddir / m for m in order]
@@ -991,14 +1129,27 @@ def qemu_command(k: Kernel, work: Path, accel: str, initrd: Path, shm: list[Path
             "-device", "isa-serial,chardev=report",
             "-kernel", str(boot_kernel_image(k)), "-initrd", str(initrd),
             "-append", " ".join(cmdline)]
+    cmd += ["-device", f"pcie-root-port,id=rp0,bus=pcie.0,addr={ROOT_PORT_SLOT:#x},"
+            "chassis=1,slot=1",
+            "-device", "x3130-upstream,id=sw0,bus=rp0"]
+    ports = 0
+
+    def downstream_port() -> str:
+        nonlocal ports
+        cmd.extend(["-device", f"xio3130-downstream,id=dp{ports},bus=sw0,addr={ports:#x},"
+                    f"port={ports},chassis=2,slot={ports}"])
+        ports += 1
+        return f"bus=dp{ports - 1},addr=0x0"
+
     for i, (img, serial) in enumerate(((work / "raw.img", RAW_SERIAL),
                                        (work / "ext4.img", EXT4_SERIAL))):
         cmd += ["-drive", f"file={img},if=none,id=nvm{i},format=raw",
-                "-device", f"nvme,drive=nvm{i},serial={serial},bus=pcie.0,addr={NVME_SLOTS[i]:#x}"]
+                "-device", f"nvme,drive=nvm{i},serial={serial},{downstream_port()}"]
     for i, p in enumerate(shm):
+        where = downstream_port() if i < NSHM else f"bus=pcie.0,addr={FAR_SHM_SLOT:#x}"
         cmd += ["-object", f"memory-backend-file,id=shm{i},share=on,mem-path={p},"
                 f"size={SHM_SIZES_MIB[i]}M",
-                "-device", f"ivshmem-plain,memdev=shm{i},bus=pcie.0,addr={SHM_SLOTS[i]:#x}"]
+                "-device", f"ivshmem-plain,memdev=shm{i},{where}"]
     return cmd
 
 
@@ -1269,8 +1420,11 @@ def prepare_guest(k: Kernel, work: Path, args) -> Path:
     t0 = time.monotonic()
     info(f"[{k.release}] tests/vm/build-guest {k.kdir} {out.relative_to(REPO)}")
     log = work / "build-guest.log"
+    env = dict(os.environ)
+    if k.buildroot:
+        env["PHX_KBUILD_CHROOT"] = str(k.buildroot)
     with open(log, "w") as f:
-        proc = subprocess.run([str(script), str(k.kdir), str(out)], cwd=REPO,
+        proc = subprocess.run([str(script), str(k.kdir), str(out)], cwd=REPO, env=env,
                               stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
@@ -1357,7 +1511,7 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
     make_ext4_image(work / "ext4.img", env_mib("PHX_VM_EXT4_MIB", EXT4_MIB))
     tag = f"{os.getpid()}-{re.sub(r'[^A-Za-z0-9.]', '_', k.release)}"
     shm_dir = Path(os.environ.get("PHX_VM_SHM_DIR") or "/dev/shm")
-    shm = [shm_dir / f"phx-{tag}-shm{i}" for i in range(NSHM)]
+    shm = [shm_dir / f"phx-{tag}-shm{i}" for i in range(len(SHM_SIZES_MIB))]
     # Device memory files of runs that were killed (their pid is gone).
     for p in shm_dir.glob("phx-*-shm*"):
         m = re.fullmatch(r"phx-(\d+)-.*-shm\d+", p.name)
@@ -1501,7 +1655,7 @@ def self_check() -> None:
 def cmd_fetch(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="vm/fetch-kernels",
                                  description="Download, unpack and check the rig's kernels.")
-    ap.add_argument("--kernel", default="all", help="6.1, 6.12 or all (default)")
+    ap.add_argument("--kernel", default="all", help=f"{', '.join(SERIES)} or all (default)")
     ap.add_argument("--print-kdir", action="store_true",
                     help="print only the headers folder (KDIR) of each kernel")
     args = ap.parse_args(argv)
@@ -1518,7 +1672,7 @@ def cmd_run(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="vm/run", description=(
         "Boot Debian's stock kernels in QEMU with emulated NVMe and ivshmem "
         "device memory, run the guest suite and judge its report."))
-    ap.add_argument("--kernel", default="all", help="6.1, 6.12 or all (default)")
+    ap.add_argument("--kernel", default="all", help=f"{', '.join(SERIES)} or all (default)")
     ap.add_argument("--accel", choices=("tcg", "kvm", "auto"),
                     help="default: $PHX_VM_ACCEL, else auto (kvm if a probe boot works)")
     ap.add_argument("--keep", action="store_true",

@@ -49,13 +49,41 @@ class VersionSort(unittest.TestCase):
                                 key=rig.version_key)[-1], "6.1.0-57-amd64")
 
     def test_series_patterns_exclude_cloud_and_rt(self):
-        pat = rig.SERIES["6.12"]
+        pat = rig.SERIES["6.12"].image
         self.assertTrue(pat.match("linux-image-6.12.117+deb12-amd64-unsigned"))
         self.assertFalse(pat.match("linux-image-6.12.117+deb12-cloud-amd64-unsigned"))
         self.assertFalse(pat.match("linux-image-6.12.117+deb12-rt-amd64-unsigned"))
         self.assertFalse(pat.match("linux-image-6.12.117+deb12-amd64"))
-        self.assertTrue(rig.SERIES["6.1"].match("linux-image-6.1.0-57-amd64-unsigned"))
-        self.assertFalse(rig.SERIES["6.1"].match("linux-image-6.12.117+deb12-amd64-unsigned"))
+        self.assertTrue(rig.SERIES["6.1"].image.match("linux-image-6.1.0-57-amd64-unsigned"))
+        self.assertFalse(rig.SERIES["6.1"].image.match("linux-image-6.12.117+deb12-amd64-unsigned"))
+        sid = rig.SERIES["7.2"].image
+        self.assertEqual(sid.match("linux-image-7.2.13+deb14-amd64").group(1), "7.2.13+deb14-amd64")
+        self.assertFalse(sid.match("linux-image-7.2.13+deb14-cloud-amd64"))
+        self.assertFalse(sid.match("linux-image-7.2.13+deb14-amd64-dbg"))
+        self.assertEqual(rig.image_package("7.2", "7.2.13+deb14-amd64"), "linux-image-7.2.13+deb14-amd64")
+        self.assertEqual(rig.image_package("6.1", "6.1.0-57-amd64"), "linux-image-6.1.0-57-amd64-unsigned")
+
+    def test_topology_puts_drives_and_bars_behind_one_switch(self):
+        from pathlib import Path
+        k = rig.Kernel("6.12", "6.12.1+deb12-amd64", Path("/nonexistent"), [])
+        shm = [Path(f"/dev/shm/x{i}") for i in range(len(rig.SHM_SIZES_MIB))]
+        orig = rig.boot_kernel_image
+        rig.boot_kernel_image = lambda k: Path("/vmlinuz")
+        try:
+            cmd = rig.qemu_command(k, Path("/w"), "tcg", Path("/i"), shm, False, False)
+        finally:
+            rig.boot_kernel_image = orig
+        devs = [cmd[i + 1] for i, a in enumerate(cmd) if a == "-device"]
+        nvme = [d for d in devs if d.startswith("nvme,")]
+        bars = [d for d in devs if d.startswith("ivshmem-plain,")]
+        self.assertEqual(len(nvme), 2)
+        self.assertEqual(len(bars), rig.NSHM + 1)
+        behind = [d for d in nvme + bars if ",bus=dp" in d]
+        self.assertEqual(len(behind), 2 + rig.NSHM)
+        self.assertEqual([d for d in bars if "bus=pcie.0" in d], [bars[-1]])
+        ports = [d for d in devs if d.startswith("xio3130-downstream,")]
+        self.assertEqual(len(ports), 2 + rig.NSHM)
+        self.assertTrue(all(",bus=sw0," in p for p in ports))
 
 
 class CpioWriter(unittest.TestCase):
