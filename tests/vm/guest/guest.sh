@@ -134,6 +134,19 @@ else
 	result module/many_devices skip "the rig provided $# ivshmem devices (8 needed)"
 fi
 
+# --- PCI distance: a BAR behind the NVMe's switch and one on the root bus ----
+if [ -n "${PHX_PCIBAR_FAR_BDF:-}" ] && [ $# -ge 3 ]; then
+	# dev0 = the far BAR (bus 00 sorts first), dev1 = the third switch BAR.
+	if insmod $here/phxfs.ko "pcibar=$PHX_PCIBAR_FAR_BDF@2,$3@2"; then
+		$vmtest p2p || failed=1
+		check module/rmmod_p2p "unload after the distance group" rmmod phxfs
+	else
+		result p2p/load fail "insmod phxfs pcibar=$PHX_PCIBAR_FAR_BDF@2,$3@2"
+	fi
+else
+	result p2p/distance skip "the rig provided no far BAR"
+fi
+
 # --- NVIDIA provider over the emulation --------------------------------------
 # phxfs first, NVIDIA driver later: must report and then pick it up.
 if insmod $here/phxfs.ko "nvidia=$bdf0@2" "pcibar=$bdf1@2"; then

@@ -18,9 +18,12 @@ int main(int argc, char **argv) {
     return vmtest_many();
   if (argc >= 2 && !strcmp(argv[1], "access"))
     return vmtest_access();
+  if (argc >= 2 && !strcmp(argv[1], "p2p"))
+    return vmtest_p2p();
   if (argc >= 3 && !strcmp(argv[1], "nvidia"))
     return vmtest_nvidia(argv[2]);
   fprintf(stderr,
-          "usage: phx-vmtest pcibar | many | access | nvidia persistent|legacy|missing|appeared\n");
+          "usage: phx-vmtest pcibar | many | access | p2p | nvidia "
+          "persistent|legacy|missing|appeared\n");
   return 2;
 }

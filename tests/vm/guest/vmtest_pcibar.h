@@ -5,4 +5,5 @@ int vmtest_pcibar(void);
 int vmtest_nvidia(const char *mode);
 int vmtest_many(void);
 int vmtest_access(void);
+int vmtest_p2p(void);
 #endif

@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * vmtest_p2p.c - the PCI distance between the NVMe and the device memory.
+ *
+ * guest.sh loads phxfs with two devices: dev0 is the "far" BAR on the root
+ * bus, dev1 a BAR behind the PCIe switch that also holds the NVMe drives.
+ * On a kernel with CONFIG_PCI_P2PDMA (GET_INFO's PHXFS_INFO_P2PDMA) the
+ * block layer maps P2P pages only when the two devices are a P2P distance
+ * apart (a common switch, or a whitelisted host bridge, which QEMU's Q35 is
+ * not): the read into the near BAR must work and the read into the far one
+ * must fail with an error, leaving the BAR's bytes as they were (never
+ * wrong data, never a hang).  Without P2PDMA the block layer treats the
+ * pages like RAM and both reads work.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "vmtest.h"
+#include "vmtest_pcibar.h"
+
+#define P2P_LEN (64 * KiB)
+#define P2P_DISK_OFF (96 * MiB)
+/* Above the many-devices group's evidence at the start of each small BAR. */
+#define P2P_BAR_OFF (2 * MiB)
+/* The host's index of the near BAR's shm file (third behind the switch). */
+#define NEAR_SHM 2
+
+struct p2p_read {
+  ssize_t got;
+  int err;
+  bool p2pdma;
+  bool unchanged; /* the BAR still holds the pattern written before */
+  bool matches;   /* the BAR holds the disk's bytes */
+};
+
+/* Registers 64 KiB of /dev/phxfs_dev<index>, fills it with a pattern, then
+ * reads the raw disk into it with O_DIRECT. */
+static int p2p_read_into(unsigned int index, const unsigned char *disk, struct p2p_read *out,
+                         char *detail, size_t len) {
+  const char *raw_path = getenv("PHX_RAW_DEV");
+  unsigned char *before = ram_alloc(P2P_LEN);
+  struct phxfs_register r;
+  struct phxfs_info info;
+  unsigned char *map;
+  int fd, raw;
+
+  EXPECT(raw_path && before, "setup");
+  fd = phx_open_dev(index);
+  EXPECT(fd >= 0 && !phx_get_info(fd, &info), "dev%u: %s", index, strerror(errno));
+  out->p2pdma = info.flags & PHXFS_INFO_P2PDMA;
+  EXPECT(!phx_register(fd, P2P_BAR_OFF, P2P_LEN, &r), "dev%u: register: %s", index,
+         strerror(errno));
+  map = phx_map(fd, &r);
+  EXPECT(map, "dev%u: mmap", index);
+  pattern_fill(before, P2P_LEN, 0x7032700000ULL + index);
+  memcpy(map, before, P2P_LEN);
+  raw = open(raw_path, O_RDONLY | O_DIRECT);
+  EXPECT(raw >= 0, "open %s", raw_path);
+  errno = 0;
+  out->got = pread(raw, map, P2P_LEN, P2P_DISK_OFF);
+  out->err = out->got < 0 ? errno : 0;
+  close(raw);
+  out->unchanged = !memcmp(map, before, P2P_LEN);
+  out->matches = !memcmp(map, disk, P2P_LEN);
+  EXPECT(!munmap(map, P2P_LEN) && !phx_deregister(fd, r.handle), "dev%u: teardown", index);
+  close(fd);
+  free(before);
+  return 0;
+}
+
+static int t_distance(char *detail, size_t len) {
+  const char *raw_path = getenv("PHX_RAW_DEV");
+  unsigned char *disk = ram_alloc(P2P_LEN);
+  struct p2p_read far = {0}, near = {0};
+  int raw, ret;
+
+  EXPECT(raw_path && disk, "setup");
+  raw = open(raw_path, O_RDONLY | O_DIRECT);
+  EXPECT(raw >= 0 && !read_exact(raw, disk, P2P_LEN, P2P_DISK_OFF), "read the disk into RAM");
+  close(raw);
+  ret = p2p_read_into(1, disk, &near, detail, len);
+  if (ret)
+    return ret;
+  ret = p2p_read_into(0, disk, &far, detail, len);
+  if (ret)
+    return ret;
+  free(disk);
+
+  EXPECT(near.got == P2P_LEN && near.matches, "near BAR: pread %zd (%s), data %s", near.got,
+         strerror(near.err), near.matches ? "equal" : "differs");
+  vm_evidence_disk(NEAR_SHM, P2P_BAR_OFF, P2P_DISK_OFF, P2P_LEN);
+  if (!far.p2pdma) {
+    EXPECT(far.got == P2P_LEN && far.matches, "far BAR without P2PDMA: pread %zd (%s), data %s",
+           far.got, strerror(far.err), far.matches ? "equal" : "differs");
+    snprintf(detail, len, "no P2PDMA: near and far reads both land, bytes equal");
+    return 0;
+  }
+  EXPECT(far.got < 0, "far BAR with P2PDMA: pread returned %zd, not an error (data %s)", far.got,
+         far.matches ? "equal" : "differs");
+  EXPECT(far.err == EREMOTEIO || far.err == EINVAL || far.err == EIO,
+         "far BAR: unexpected errno %d (%s)", far.err, strerror(far.err));
+  EXPECT(far.unchanged, "far BAR: the failed read changed the BAR's bytes");
+  snprintf(detail, len,
+           "P2PDMA: near read lands, bytes equal; far read fails with %s, BAR untouched",
+           strerror(far.err));
+  return 0;
+}
+
+int vmtest_p2p(void) {
+  vm_run("p2p/distance", t_distance);
+  return vm_failures() ? 1 : 0;
+}
