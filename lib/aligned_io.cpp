@@ -5,11 +5,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "config.hpp"
+#include "log.hpp"
 
 namespace phx::detail {
 namespace {
@@ -147,6 +150,27 @@ ssize_t bounced_body(Direction dir, int fd, std::byte *buf, std::size_t size, st
   return sys_rw(dir, fd, bounce, n, offset);
 }
 
+// With CONFIG_PCI_P2PDMA the block layer hands device (P2P) pages only to
+// queues that take P2P memory and only when the PCI distance allows it;
+// elsewhere (NFS, NVMe over TCP, device-mapper, a drive across the root
+// complex) the syscall fails with EREMOTEIO and moves nothing.  The request
+// then goes on through the staging buffer, which the CPU copies to or from
+// device memory: slower, but the data arrives.  Said once per process at
+// PHX_LOG=warn.
+void note_p2p_refused(int fd) noexcept {
+  static std::atomic<bool> said{false};
+  if (said.exchange(true) || !log_enabled(LogLevel::warn)) {
+    return;
+  }
+  try {
+    log(LogLevel::warn, "fd " + std::to_string(fd) +
+                            ": the kernel refused peer-to-peer DMA to device memory (EREMOTEIO: "
+                            "storage without P2PDMA support, or too far on the PCI bus); "
+                            "staging through host memory instead");
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a lost log line loses no data
+  }
+}
+
 }  // namespace
 
 bool is_aligned(const std::byte *buf, std::size_t size, std::uint64_t offset,
@@ -182,6 +206,7 @@ TransferResult transfer(Direction dir, int fd, std::byte *buf, std::size_t size,
   const std::size_t max_body = std::max(block, max_syscall / block * block);
 
   std::size_t done = 0;
+  bool p2p_refused = false;
   while (done < size) {
     std::byte *p = buf + done;
     const std::uint64_t off = offset + done;
@@ -197,8 +222,13 @@ TransferResult transfer(Direction dir, int fd, std::byte *buf, std::size_t size,
       }
     } else {
       const std::size_t body = std::min(remaining / block * block, max_body);
-      if (reinterpret_cast<std::uintptr_t>(p) % mem_align == 0) {
+      if (reinterpret_cast<std::uintptr_t>(p) % mem_align == 0 && !p2p_refused) {
         r = sys_rw(dir, fd, p, body, off);
+        if (r < 0 && errno == EREMOTEIO && chunk_size()) {
+          note_p2p_refused(fd);
+          p2p_refused = true;
+          r = bounced_body(dir, fd, p, body, off, policy, chunk);
+        }
       } else if (chunk_size()) {
         r = bounced_body(dir, fd, p, body, off, policy, chunk);
       } else {

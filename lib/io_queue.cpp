@@ -189,6 +189,13 @@ class Ring {
       waiting_.push_front(slot);
       return;
     }
+    if (res == -EREMOTEIO) {
+      // The kernel refused P2P DMA to device memory (see aligned_io.cpp):
+      // the synchronous path stages the rest through host memory.
+      finish_synchronously(op);
+      release(slot);
+      return;
+    }
     if (res < 0) {
       complete(slot, -res);
       return;
