@@ -143,6 +143,14 @@ if [ -n "${PHX_PCIBAR_FAR_BDF:-}" ] && [ $# -ge 3 ]; then
 	else
 		result p2p/load fail "insmod phxfs pcibar=$PHX_PCIBAR_FAR_BDF@2,$3@2"
 	fi
+	# Who owns the far BAR's p2pdma pool (P2PDMA kernels; skips elsewhere).
+	if insmod $here/phxfs.ko "pcibar=$PHX_PCIBAR_FAR_BDF@2"; then
+		$vmtest p2p-pool owned || failed=1
+		rmmod phxfs
+		$vmtest p2p-pool foreign || failed=1
+	else
+		result p2p/pool_load fail "insmod phxfs pcibar=$PHX_PCIBAR_FAR_BDF@2"
+	fi
 else
 	result p2p/distance skip "the rig provided no far BAR"
 fi

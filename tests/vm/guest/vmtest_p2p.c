@@ -112,7 +112,113 @@ static int t_distance(char *detail, size_t len) {
   return 0;
 }
 
+/* sysfs p2pmem file of the far BAR (only on P2PDMA kernels). */
+static int p2pmem_path(char *out, size_t n, const char *file) {
+  const char *bdf = getenv("PHX_PCIBAR_FAR_BDF");
+
+  if (!bdf)
+    return -1;
+  snprintf(out, n, "/sys/bus/pci/devices/%s/p2pmem/%s", bdf, file);
+  return 0;
+}
+
+static long read_number(const char *path) {
+  char buf[64] = {0};
+  long v = -1;
+  int fd = open(path, O_RDONLY);
+
+  if (fd >= 0) {
+    if (read(fd, buf, sizeof(buf) - 1) > 0)
+      v = strtol(buf, NULL, 0);
+    close(fd);
+  }
+  return v;
+}
+
+/*
+ * phxfs loaded on the far BAR: the p2pdma pool has no page left for anyone
+ * else (sysfs p2pmem/allocate cannot map one), so no page has two owners.
+ */
+static int t_pool_owned(char *detail, size_t len) {
+  char path[256];
+  long size, avail;
+  void *p;
+  int fd;
+
+  if (p2pmem_path(path, sizeof(path), "size") || access(path, F_OK)) {
+    snprintf(detail, len, "no p2pmem in sysfs: kernel without CONFIG_PCI_P2PDMA");
+    return 1;
+  }
+  size = read_number(path);
+  EXPECT(!p2pmem_path(path, sizeof(path), "available"), "path");
+  avail = read_number(path);
+  EXPECT(size >= (long)(4 * MiB) && avail == 0, "p2pmem size %ld available %ld", size, avail);
+  EXPECT(!p2pmem_path(path, sizeof(path), "allocate"), "path");
+  fd = open(path, O_RDWR);
+  EXPECT(fd >= 0, "open %s: %s", path, strerror(errno));
+  p = mmap(NULL, 4 * KiB, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  EXPECT(p == MAP_FAILED, "p2pmem/allocate handed out a page phxfs owns");
+  EXPECT(errno == ENOMEM, "p2pmem/allocate: %s, not ENOMEM", strerror(errno));
+  close(fd);
+  snprintf(detail, len, "pool of %ld bytes all phxfs's: p2pmem/allocate gets ENOMEM", size);
+  return 0;
+}
+
+static int insmod_far(void) {
+  char cmd[256];
+
+  snprintf(cmd, sizeof(cmd), "insmod /phx/phxfs.ko pcibar=%s@2 2>/dev/null",
+           getenv("PHX_PCIBAR_FAR_BDF"));
+  return system(cmd);
+}
+
+/*
+ * phxfs unloaded: its pool is free again; while another user holds a page
+ * of it, phxfs refuses the BAR rather than share it, and once the page is
+ * back it adopts the pool it left.
+ */
+static int t_pool_foreign(char *detail, size_t len) {
+  char path[256];
+  struct phxfs_register r;
+  void *p;
+  int fd, dev, loaded;
+
+  if (p2pmem_path(path, sizeof(path), "allocate") || access(path, F_OK)) {
+    snprintf(detail, len, "no p2pmem in sysfs: kernel without CONFIG_PCI_P2PDMA");
+    return 1;
+  }
+  fd = open(path, O_RDWR);
+  EXPECT(fd >= 0, "open %s: %s", path, strerror(errno));
+  p = mmap(NULL, 4 * KiB, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  EXPECT(p != MAP_FAILED, "p2pmem/allocate after phxfs unloaded: %s", strerror(errno));
+  memset(p, 0x5a, 4 * KiB);
+  loaded = insmod_far() == 0;
+  if (loaded)
+    (void)system("rmmod phxfs");
+  EXPECT(!loaded, "phxfs loaded on a BAR whose pool another user holds a page of");
+  EXPECT(((unsigned char *)p)[4095] == 0x5a, "the other user's page changed");
+  EXPECT(!munmap(p, 4 * KiB), "munmap");
+  close(fd);
+  EXPECT(insmod_far() == 0, "phxfs does not load once the page is back");
+  dev = phx_open_dev(0);
+  EXPECT(dev >= 0 && !phx_register(dev, 0, 64 * KiB, &r) && !phx_deregister(dev, r.handle),
+         "register on the adopted pool: %s", strerror(errno));
+  close(dev);
+  EXPECT(system("rmmod phxfs") == 0, "rmmod");
+  snprintf(detail, len,
+           "refused while another user held a pool page (EBUSY), adopted its own pool after");
+  return 0;
+}
+
 int vmtest_p2p(void) {
   vm_run("p2p/distance", t_distance);
+  return vm_failures() ? 1 : 0;
+}
+
+int vmtest_p2p_pool(const char *mode) {
+  if (!strcmp(mode, "owned"))
+    vm_run("p2p/pool_owned", t_pool_owned);
+  else
+    vm_run("p2p/pool_foreign", t_pool_foreign);
   return vm_failures() ? 1 : 0;
 }
