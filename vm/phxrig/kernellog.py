@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-
 # dmesg lines that fail a run (searched case-sensitively unless noted).
 DMESG_BAD = [
     re.compile(p)

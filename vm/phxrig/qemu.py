@@ -18,7 +18,6 @@ from .cpio import Cpio
 from .initramfs import busybox_path
 from .kernels import Kernel
 
-
 KVM_PROBE_S = 15
 
 
