@@ -9,7 +9,7 @@
 #   fault/free_during_io_*  nvemu cudaFree (free callback) under concurrent I/O
 #   fault/nvme_removed_while_mapped  the raw NVMe pulled (sysfs remove) under
 #                           reads into mapped device memory, then rescanned
-# PHX_FAULT_SEED (from /etc/phx/config, vm/rig.py PHX_VM_GUEST_VARS) fixes
+# PHX_FAULT_SEED (from /etc/phx/config, vm/run's PHX_VM_GUEST_VARS) fixes
 # the seed of the random steps; otherwise a fresh one is drawn and reported.
 set -u
 here=/phx
@@ -76,7 +76,7 @@ if command -v dmsetup >/dev/null && modprobe dm-mod && modprobe dm-flakey; then
 		result fault/device_mapper_setup fail "dmsetup create: $(dmsetup ls 2>&1 | tr -d '"\\' | tr '\n' ' ')"
 	fi
 else
-	result fault/device_mapper_setup fail "no dmsetup or dm-mod/dm-flakey in the guest (vm/rig.py GUEST_TOOLS, GUEST_ON_DEMAND_MODULES)"
+	result fault/device_mapper_setup fail "no dmsetup or dm-mod/dm-flakey in the guest (GUEST_TOOLS in vm/phxrig/userland.py, GUEST_ON_DEMAND_MODULES in vm/phxrig/config.py)"
 fi
 
 # --- PCI BAR provider on every device: libphoenix and memory pressure ---------

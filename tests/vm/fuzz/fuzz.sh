@@ -8,7 +8,7 @@
 #   soak: consecutive seeds from PHX_FUZZ_SEED, PHX_FUZZ_SLICE seconds each
 #         (default 30), until PHX_FUZZ_DURATION seconds have passed.
 # The PHX_FUZZ_* variables may come from the rig's /etc/phx/config
-# (vm/rig.py PHX_VM_GUEST_VARS).  Exit status 0 only when all passed.
+# (vm/run's PHX_VM_GUEST_VARS).  Exit status 0 only when all passed.
 set -u
 here=/phx
 report=${PHX_REPORT:-/dev/stdout}
