@@ -91,6 +91,8 @@ static int phxfs_bar_check_reach(const struct phxfs_dev *dev)
 	phys_addr_t last = dev->bar_start + dev->bar_size - 1;
 	u64 reach = VMALLOC_START - PAGE_OFFSET;
 
+	pci_dbg(dev->pdev, "BAR %d [%pa-%pa]; the direct map reaches %#llx\n",
+		dev->bar, &dev->bar_start, &last, reach);
 	if (last >= reach) {
 		pci_err(dev->pdev,
 			"BAR %d [%pa-%pa] lies beyond the kernel's direct map (%#llx bytes with this boot's memory layout): boot with nokaslr, or use a kernel built with CONFIG_PCI_P2PDMA, whose direct map covers every physical address\n",

@@ -75,8 +75,13 @@ def cmd_run(argv: list[str]) -> int:
                     default=os.environ.get("PHX_VM_IOMMU", "") not in ("", "0"),
                     help="add an emulated Intel IOMMU (intel_iommu=on, strict); "
                          "default $PHX_VM_IOMMU; work folder and report get -iommu")
+    ap.add_argument("--high-bar", action="store_true",
+                    help="UEFI machine with one more BAR, 8 GiB at 32 TiB (a GPU's BAR1 sits that "
+                         "high); runs highbar.sh; work folder and report get -highbar")
     ap.add_argument("-v", "--verbose", action="store_true", help="list every result")
     args = ap.parse_args(argv)
+    if args.high_bar and args.entry == "guest.sh":
+        args.entry = "highbar.sh"
     if args.demo:
         args.entry = "demo.sh"
     if not re.fullmatch(r"[A-Za-z0-9._-]+", args.entry):

@@ -55,6 +55,17 @@ NSHM = len(SHM_SIZES_MIB) - 1
 ROOT_PORT_SLOT = 0x08
 FAR_SHM_SLOT = 0x10
 
+# vm/run --high-bar: one more BAR behind the switch, large and placed tens
+# of TiB up, as a GPU's BAR1 is.  8 GiB costs the guest 128 MiB of struct
+# pages; the backing file stays sparse (the test touches 64 KiB).  UEFI
+# puts the 64-bit aperture (32 TiB) at 32 TiB with 46 physical address
+# bits and 4-level paging: beyond what KASLR leaves the direct map of a
+# kernel without CONFIG_PCI_P2PDMA (RAM + 10 TiB + a random gap), inside
+# the whole-space direct map of one with it.
+HIGH_BAR_MIB = 8192
+HIGH_BAR_APERTURE_MIB = 32 << 20
+HIGH_BAR_PHYS_BITS = 46
+
 KERNEL_CMDLINE = [
     "console=ttyS0",
     "loglevel=4",            # console gets warnings and worse; dmesg keeps all

@@ -50,7 +50,10 @@ class EvidenceChecker:
             idx, soff, n = int(ev["shm"]), int(ev["shm_off"]), int(ev["len"])
             if not 0 <= idx < len(self.shm):
                 return False, f"no ivshmem #{idx}"
-            size_mib = SHM_SIZES_MIB[idx] if idx < len(SHM_SIZES_MIB) else SHM_MIB
+            if self.shm[idx].is_file():
+                size_mib = self.shm[idx].stat().st_size >> 20  # as QEMU made it
+            else:
+                size_mib = SHM_SIZES_MIB[idx] if idx < len(SHM_SIZES_MIB) else SHM_MIB
             if n <= 0 or soff < 0 or soff + n > size_mib << 20:
                 return False, f"shm range [{soff},{soff + n}) outside the {size_mib} MiB BAR"
             if kind == "shm_eq_disk":

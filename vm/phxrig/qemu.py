@@ -12,8 +12,9 @@ from pathlib import Path
 
 from .bootimage import boot_kernel_image
 from .common import run_cmd
-from .config import (EXT4_SERIAL, FAR_SHM_SLOT, KERNEL_CMDLINE, NSHM, RAW_SERIAL,
-                     ROOT_PORT_SLOT, SHM_SIZES_MIB, WORK_ROOT)
+from .config import (EXT4_SERIAL, FAR_SHM_SLOT, HIGH_BAR_APERTURE_MIB, HIGH_BAR_MIB,
+                     HIGH_BAR_PHYS_BITS, KERNEL_CMDLINE, NSHM, RAW_SERIAL, ROOT_PORT_SLOT,
+                     SHM_SIZES_MIB, WORK_ROOT)
 from .cpio import Cpio
 from .initramfs import busybox_path
 from .kernels import Kernel
@@ -64,10 +65,25 @@ def kvm_usable(k: Kernel, work: Path) -> tuple[bool, str]:
 
 
 def qemu_command(k: Kernel, work: Path, accel: str, initrd: Path, shm: list[Path],
-                 interactive: bool, iommu: bool, monitor: Path | None = None) -> list[str]:
+                 interactive: bool, iommu: bool, monitor: Path | None = None,
+                 uefi: tuple[Path, Path] | None = None) -> list[str]:
+    """shm: one backing file per SHM_SIZES_MIB entry, plus the high BAR's
+    when uefi (OVMF's code and a writable copy of its variables) is given:
+    vm/run --high-bar."""
     cmd = ["qemu-system-x86_64", "-machine", "q35", "-accel", accel,
            "-m", "2048", "-smp", "2", "-nodefaults", "-nographic", "-no-reboot"]
     cmdline = list(KERNEL_CMDLINE)
+    kernel = boot_kernel_image(k)
+    if uefi:
+        # OVMF boots the bzImage (no PVH entry) and places the 64-bit
+        # aperture by the CPU's address bits; 4-level paging as on most
+        # servers (la57 would give KASLR a 4 PiB direct map).
+        if accel == "tcg":
+            cmd += ["-cpu", f"max,phys-bits={HIGH_BAR_PHYS_BITS},la57=off"]
+        cmd += ["-drive", f"if=pflash,format=raw,readonly=on,file={uefi[0]}",
+                "-drive", f"if=pflash,format=raw,file={uefi[1]}",
+                "-fw_cfg", f"name=opt/ovmf/X-PciMmio64Mb,string={HIGH_BAR_APERTURE_MIB}"]
+        kernel = k.vmlinuz
     if iommu:
         # Emulated VT-d, before every PCI device it translates; strict
         # invalidation so that DMA after unmap faults at once.
@@ -82,7 +98,7 @@ def qemu_command(k: Kernel, work: Path, accel: str, initrd: Path, shm: list[Path
         cmd += ["-monitor", mon, "-serial", f"file:{work / 'console.log'}"]
     cmd += ["-chardev", f"file,id=report,path={work / 'report.log'}",
             "-device", "isa-serial,chardev=report",
-            "-kernel", str(boot_kernel_image(k)), "-initrd", str(initrd),
+            "-kernel", str(kernel), "-initrd", str(initrd),
             "-append", " ".join(cmdline)]
     cmd += ["-device", f"pcie-root-port,id=rp0,bus=pcie.0,addr={ROOT_PORT_SLOT:#x},"
             "chassis=1,slot=1",
@@ -101,8 +117,9 @@ def qemu_command(k: Kernel, work: Path, accel: str, initrd: Path, shm: list[Path
         cmd += ["-drive", f"file={img},if=none,id=nvm{i},format=raw",
                 "-device", f"nvme,drive=nvm{i},serial={serial},{downstream_port()}"]
     for i, p in enumerate(shm):
-        where = downstream_port() if i < NSHM else f"bus=pcie.0,addr={FAR_SHM_SLOT:#x}"
-        cmd += ["-object", f"memory-backend-file,id=shm{i},share=on,mem-path={p},"
-                f"size={SHM_SIZES_MIB[i]}M",
+        # The high BAR, last, sits behind the switch like the first NSHM.
+        where = (f"bus=pcie.0,addr={FAR_SHM_SLOT:#x}" if i == NSHM else downstream_port())
+        size = SHM_SIZES_MIB[i] if i < len(SHM_SIZES_MIB) else HIGH_BAR_MIB
+        cmd += ["-object", f"memory-backend-file,id=shm{i},share=on,mem-path={p},size={size}M",
                 "-device", f"ivshmem-plain,memdev=shm{i},{where}"]
     return cmd

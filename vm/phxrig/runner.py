@@ -19,6 +19,7 @@ from .boot import boot
 from .common import RigError, info
 from .config import (EXT4_MIB, EXT4_SERIAL, NSHM, RAW_MIB, RAW_SERIAL, REPO, SHM_SIZES_MIB,
                      VM_DIR, WORK_ROOT)
+from .firmware import fetch_ovmf
 from .images import make_ext4_image, make_raw_image
 from .initramfs import build_initramfs, check_guest_dir
 from .kernels import Kernel
@@ -79,7 +80,7 @@ def env_mib(name: str, default: int) -> int:
 
 def variant(args) -> str:
     """Suffix of work folders and reports for non-default machines."""
-    return "-iommu" if args.iommu else ""
+    return ("-iommu" if args.iommu else "") + ("-highbar" if args.high_bar else "")
 
 
 def guest_vars() -> dict[str, str]:
@@ -130,14 +131,17 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
     build_initramfs(k, guest, initrd, {
         "PHX_ENTRY": args.entry, "PHX_ONLY": args.only or "", "PHX_WAIT_S": "60",
         "PHX_RAW_SERIAL": RAW_SERIAL, "PHX_EXT4_SERIAL": EXT4_SERIAL,
-        "PHX_NSHM": str(NSHM), "PHX_MODE": "shell" if args.shell else "run",
+        "PHX_NSHM": str(NSHM + (1 if args.high_bar else 0)),
+        "PHX_HIGH_BAR": "1" if args.high_bar else "",
+        "PHX_MODE": "shell" if args.shell else "run",
         "PHX_TOOLS": " ".join(t.path for t in (selected_tools() if userland else []) if t.path),
         **guest_vars()}, userland)
     make_raw_image(work / "raw.img", env_mib("PHX_VM_RAW_MIB", RAW_MIB))
     make_ext4_image(work / "ext4.img", env_mib("PHX_VM_EXT4_MIB", EXT4_MIB))
     tag = f"{os.getpid()}-{re.sub(r'[^A-Za-z0-9.]', '_', k.release)}"
     shm_dir = Path(os.environ.get("PHX_VM_SHM_DIR") or "/dev/shm")
-    shm = [shm_dir / f"phx-{tag}-shm{i}" for i in range(len(SHM_SIZES_MIB))]
+    shm = [shm_dir / f"phx-{tag}-shm{i}"
+           for i in range(len(SHM_SIZES_MIB) + (1 if args.high_bar else 0))]
     # Device memory files of runs that were killed (their pid is gone).
     for p in shm_dir.glob("phx-*-shm*"):
         m = re.fullmatch(r"phx-(\d+)-.*-shm\d+", p.name)
@@ -160,8 +164,13 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
     # Unix socket paths are short (108 bytes): the monitor lives in /tmp.
     mon_dir = Path(tempfile.mkdtemp(prefix="phx-vm-"))
     monitor = mon_dir / "monitor.sock"
+    uefi = None
+    if args.high_bar:
+        code, template = fetch_ovmf()
+        shutil.copyfile(template, work / "ovmf-vars.fd")
+        uefi = (code, work / "ovmf-vars.fd")
     cmd = qemu_command(k, work, accel, initrd, shm, args.shell, args.iommu,
-                       None if args.shell else monitor)
+                       None if args.shell else monitor, uefi)
     (work / "qemu-cmd.sh").write_text(shlex.join(cmd) + "\n")
     info(f"[{k.release}] booting ({accel}, {why}; prep {prep_s:.1f}s, timeout {timeout:.0f}s)")
     try:
@@ -203,6 +212,7 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
     ok = not v.problems
     summary = {
         "kernel": k.release, "series": k.series, "accel": accel, "iommu": args.iommu,
+        "high_bar": args.high_bar,
         "boot_s": None if b.ready_s is None else round(b.ready_s, 1),
         "run_s": round(b.wall_s, 1), "guest_uptime_ready_s": b.init_s, "prep_s": round(prep_s, 1),
         "results": guest_counts, "host_checks": {s: sum(1 for r in host_results if r["status"] == s)
@@ -222,7 +232,8 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
 
     # Human summary.
     ready = "never" if b.ready_s is None else f"{b.ready_s:.1f}s"
-    print(f"\n=== {k.release} ({accel}{', iommu' if args.iommu else ''}): {'PASS' if ok else 'FAIL'}  "
+    extra = (", iommu" if args.iommu else "") + (", high BAR" if args.high_bar else "")
+    print(f"\n=== {k.release} ({accel}{extra}): {'PASS' if ok else 'FAIL'}  "
           f"QEMU {b.wall_s:.1f}s (guest ready after {ready}, uptime {b.init_s if b.init_s is not None else '-'}s)")
     print(f"    guest results: {guest_counts['pass']} pass, {guest_counts['fail']} fail, "
           f"{guest_counts['skip']} skip; evidence {summary['evidence']['verified']}/"

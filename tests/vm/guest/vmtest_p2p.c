@@ -210,6 +210,48 @@ static int t_pool_foreign(char *detail, size_t len) {
   return 0;
 }
 
+/* vm/run --high-bar: the host's index of the high BAR's backing file. */
+#define HIGH_SHM 9
+#define HIGH_DISK_OFF (40 * MiB)
+
+/* phxfs loaded on the high BAR alone (highbar.sh): a read into its end. */
+static int t_high_bar(char *detail, size_t len) {
+  const char *raw_path = getenv("PHX_RAW_DEV");
+  unsigned char *ram = ram_alloc(P2P_LEN);
+  struct phxfs_register r;
+  struct phxfs_info info;
+  unsigned char *map;
+  uint64_t off;
+  int fd, raw;
+
+  EXPECT(raw_path && ram, "setup");
+  fd = phx_open_dev(0);
+  EXPECT(fd >= 0 && !phx_get_info(fd, &info), "dev0: %s", strerror(errno));
+  off = info.bar_size - P2P_LEN;
+  EXPECT(!phx_register(fd, off, P2P_LEN, &r), "register at %llu: %s", (unsigned long long)off,
+         strerror(errno));
+  map = phx_map(fd, &r);
+  EXPECT(map, "mmap");
+  raw = open(raw_path, O_RDONLY | O_DIRECT);
+  EXPECT(raw >= 0, "open %s", raw_path);
+  EXPECT(!read_exact(raw, map, P2P_LEN, HIGH_DISK_OFF) &&
+             !read_exact(raw, ram, P2P_LEN, HIGH_DISK_OFF) && !memcmp(map, ram, P2P_LEN),
+         "read into the high BAR differs");
+  close(raw);
+  vm_evidence_disk(HIGH_SHM, off, HIGH_DISK_OFF, P2P_LEN);
+  EXPECT(!munmap(map, P2P_LEN) && !phx_deregister(fd, r.handle), "teardown");
+  close(fd);
+  free(ram);
+  snprintf(detail, len, "served (%s): 64 KiB read into the BAR's last page, bytes equal",
+           info.flags & PHXFS_INFO_P2PDMA ? "P2PDMA" : "own pgmap");
+  return 0;
+}
+
+int vmtest_high_bar(void) {
+  vm_run("highbar/load", t_high_bar);
+  return vm_failures() ? 1 : 0;
+}
+
 int vmtest_p2p(void) {
   vm_run("p2p/distance", t_distance);
   return vm_failures() ? 1 : 0;

@@ -7,4 +7,5 @@ int vmtest_many(void);
 int vmtest_access(void);
 int vmtest_p2p(void);
 int vmtest_p2p_pool(const char *mode);
+int vmtest_high_bar(void);
 #endif
