@@ -137,6 +137,8 @@ struct page *phxfs_bar_page(const struct phxfs_dev *dev, phys_addr_t phys);
 /* phxfs_reg.c */
 int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 		     struct phxfs_reg **out);
+void phxfs_reg_publish(struct phxfs_file *pf, struct phxfs_reg *reg);
+void phxfs_reg_abandon(struct phxfs_file *pf, struct phxfs_reg *reg);
 void phxfs_reg_teardown(struct phxfs_reg *reg);
 bool phxfs_reg_revoke_begin(struct phxfs_reg *reg);
 void phxfs_reg_revoke_end(struct phxfs_reg *reg);

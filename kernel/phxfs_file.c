@@ -116,8 +116,9 @@ static long phxfs_ioctl_info(struct phxfs_file *pf, void __user *uarg)
 	return 0;
 }
 
-static long phxfs_ioctl_register(struct phxfs_file *pf, void __user *uarg)
+static long phxfs_ioctl_register(struct file *file, void __user *uarg)
 {
+	struct phxfs_file *pf = file->private_data;
 	struct phxfs_register args;
 	struct phxfs_reg *reg;
 	int ret;
@@ -138,12 +139,10 @@ static long phxfs_ioctl_register(struct phxfs_file *pf, void __user *uarg)
 	args.mmap_offset = reg->handle << PAGE_SHIFT;
 	if (copy_to_user(uarg, &args, sizeof(args))) {
 		/* The caller cannot learn the handle: undo. */
-		mutex_lock(&pf->lock);
-		xa_erase(&pf->regs, (unsigned long)reg->handle);
-		mutex_unlock(&pf->lock);
-		phxfs_reg_teardown(reg);
+		phxfs_reg_abandon(pf, reg);
 		return -EFAULT;
 	}
+	phxfs_reg_publish(pf, reg);
 	return 0;
 }
 
@@ -162,10 +161,15 @@ static long phxfs_ioctl_deregister(struct phxfs_file *pf, void __user *uarg)
 		return -ENOENT;
 
 	mutex_lock(&pf->lock);
-	reg = xa_erase(&pf->regs, (unsigned long)args.handle);
+	/* A slot still reserved by a REGISTER in progress loads as NULL. */
+	reg = xa_load(&pf->regs, (unsigned long)args.handle);
+	if (reg)
+		xa_erase(&pf->regs, (unsigned long)args.handle);
+	else
+		ret = -ENOENT;
 	mutex_unlock(&pf->lock);
-	if (!reg)
-		return -ENOENT;
+	if (ret)
+		return ret;
 	phxfs_reg_teardown(reg);
 	return 0;
 }
@@ -180,7 +184,7 @@ static long phxfs_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	case PHXFS_IOC_GET_INFO:
 		return phxfs_ioctl_info(pf, uarg);
 	case PHXFS_IOC_REGISTER:
-		ret = phxfs_ioctl_register(pf, uarg);
+		ret = phxfs_ioctl_register(file, uarg);
 		break;
 	case PHXFS_IOC_DEREGISTER:
 		ret = phxfs_ioctl_deregister(pf, uarg);

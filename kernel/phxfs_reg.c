@@ -212,11 +212,19 @@ static void phxfs_reg_finish_work(struct work_struct *work)
 }
 
 /**
- * phxfs_reg_create() - pin a device range and add it to @pf's table.
+ * phxfs_reg_create() - pin a device range and reserve its slot in @pf's
+ * table, unpublished.
  * @pf:          open file.
  * @device_addr: provider address (GPU VA, or BAR offset).
  * @length:      bytes.
- * @out:         the new registration (the table holds the reference).
+ * @out:         the new registration, owned by the caller until it calls
+ *               phxfs_reg_publish() or phxfs_reg_abandon().
+ *
+ * The slot stays reserved but empty until the caller has copied the
+ * handle out: handles are predictable, and a published registration could
+ * be deregistered (and freed) by another thread sharing the file while
+ * the copy-out is still running.  Until then DEREGISTER of the handle
+ * gives -ENOENT and mmap of its offset -EINVAL.
  *
  * Return: 0; -EINVAL for a zero or misaligned range, -EOVERFLOW when it
  * wraps, -ERANGE when it lies outside the device, -EBUSY when another
@@ -292,7 +300,7 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 	atomic_set(&reg->state, PHXFS_REG_PINNED);
 
 	mutex_lock(&pf->lock);
-	ret = xa_insert(&pf->regs, (unsigned long)pgoff, reg, GFP_KERNEL);
+	ret = xa_reserve(&pf->regs, (unsigned long)pgoff, GFP_KERNEL);
 	mutex_unlock(&pf->lock);
 	if (ret)
 		goto err_unclaim;
@@ -312,6 +320,37 @@ err_unpin:
 err_free:
 	phxfs_reg_put(reg);
 	return ret;
+}
+
+/**
+ * phxfs_reg_publish() - enter a registration made by phxfs_reg_create()
+ * into its reserved table slot, once its handle reached user space.
+ * @pf:  open file.
+ * @reg: registration; the table takes over the caller's reference.
+ */
+void phxfs_reg_publish(struct phxfs_file *pf, struct phxfs_reg *reg)
+{
+	void *old;
+
+	mutex_lock(&pf->lock);
+	/* The slot is reserved, so this allocates nothing and cannot fail. */
+	old = xa_store(&pf->regs, (unsigned long)reg->handle, reg, GFP_KERNEL);
+	mutex_unlock(&pf->lock);
+	WARN_ON_ONCE(xa_is_err(old) || old);
+}
+
+/**
+ * phxfs_reg_abandon() - undo phxfs_reg_create() when the handle could not
+ * be copied out; nobody else can have reached the registration.
+ * @pf:  open file.
+ * @reg: registration; the caller's reference is dropped.
+ */
+void phxfs_reg_abandon(struct phxfs_file *pf, struct phxfs_reg *reg)
+{
+	mutex_lock(&pf->lock);
+	xa_release(&pf->regs, (unsigned long)reg->handle);
+	mutex_unlock(&pf->lock);
+	phxfs_reg_teardown(reg);
 }
 
 /**

@@ -2,7 +2,8 @@
 /*
  * vmtest_access.c - who can reach device memory through phxfs: the node's
  * permissions, a read-only open, forked children (also after MADV_DOFORK),
- * core dumps, MADV_DODUMP; and what /proc/PID/mem gives (a note, see
+ * core dumps, MADV_DODUMP, REGISTER's copy-out racing a DEREGISTER of the
+ * predicted handle; and what /proc/PID/mem gives (a note, see
  * docs/security.md).  Uses device 1's BAR from 136 MiB (no other group's:
  * the pcibar group has [0, 128 MiB), the libphoenix tests [160, 256 MiB)).
  */
@@ -10,14 +11,19 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -88,6 +94,111 @@ static int t_readonly_open_cannot_map(char *detail, size_t len) {
   EXPECT(!phx_deregister(fd, r.handle), "deregister");
   close(fd);
   snprintf(detail, len, "O_RDONLY: REGISTER works but no mapping (PROT_READ EINVAL, RW EACCES)");
+  return 0;
+}
+
+struct parked_register {
+  int fd;
+  struct phxfs_register *arg;
+  int err;
+};
+
+static void *parked_register(void *p) {
+  struct parked_register *k = p;
+
+  k->err = ioctl(k->fd, PHXFS_IOC_REGISTER, k->arg) ? errno : 0;
+  return NULL;
+}
+
+/*
+ * REGISTER's copy-out of the handle parked by a userfaultfd write-protect
+ * fault, DEREGISTER of the predicted handle from another thread, then the
+ * copy-out fails (the page turned read-only): the registration must not
+ * have been reachable before its handle reached user space.  Before the
+ * fix the DEREGISTER freed it and REGISTER's undo path used it after free
+ * (a hung CPU under slub_debug).
+ */
+static int t_register_copyout_race(char *detail, size_t len) {
+  const uint64_t off = ACCESS_BAR_OFF + 256 * KiB, size = 64 * KiB;
+  struct uffdio_api api = {.api = UFFD_API, .features = UFFD_FEATURE_PAGEFAULT_FLAG_WP};
+  struct parked_register k;
+  struct uffdio_register ureg;
+  struct uffdio_writeprotect wp;
+  struct phxfs_register probe, *arg;
+  struct phxfs_info before, after;
+  struct pollfd pfd;
+  struct uffd_msg msg;
+  uint64_t predicted;
+  pthread_t th;
+  int fd = phx_open_dev(ACCESS_DEV), uffd, dereg, mapped, polled;
+  void *page, *m;
+
+  EXPECT(fd >= 0, "open: %s", strerror(errno));
+  EXPECT(!phx_register(fd, off, size, &probe), "probe REGISTER: %s", strerror(errno));
+  /* Handles are the first mmap page offset, plus one guard page. */
+  predicted = probe.handle + size / 4096 + 1;
+  EXPECT(!phx_deregister(fd, probe.handle), "probe DEREGISTER");
+  EXPECT(!phx_get_info(fd, &before), "GET_INFO");
+  page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  EXPECT(page != MAP_FAILED, "mmap");
+  arg = page;
+  memset(arg, 0, sizeof(*arg));
+  arg->abi_version = PHXFS_ABI_VERSION;
+  arg->argsz = sizeof(*arg);
+  arg->device_addr = off;
+  arg->length = size;
+  uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+  if (uffd < 0) {
+    snprintf(detail, len, "userfaultfd: %s", strerror(errno));
+    return 1;
+  }
+  ureg.range.start = (uintptr_t)page;
+  ureg.range.len = 4096;
+  ureg.mode = UFFDIO_REGISTER_MODE_WP;
+  wp.range = ureg.range;
+  wp.mode = UFFDIO_WRITEPROTECT_MODE_WP;
+  if (ioctl(uffd, UFFDIO_API, &api) || ioctl(uffd, UFFDIO_REGISTER, &ureg) ||
+      ioctl(uffd, UFFDIO_WRITEPROTECT, &wp)) {
+    snprintf(detail, len, "userfaultfd write-protect: %s", strerror(errno));
+    close(uffd);
+    return 1;
+  }
+  k.fd = fd;
+  k.arg = arg;
+  k.err = -1;
+  EXPECT(!pthread_create(&th, NULL, parked_register, &k), "pthread_create");
+  /* The copy_from_user reads; the copy-out of the handle writes and parks. */
+  pfd.fd = uffd;
+  pfd.events = POLLIN;
+  polled = poll(&pfd, 1, 10000);
+  if (polled == 1 && read(uffd, &msg, sizeof(msg)) != sizeof(msg))
+    polled = -1;
+  dereg = phx_deregister(fd, predicted);
+  m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)(predicted * 4096));
+  mapped = m != MAP_FAILED;
+  if (mapped)
+    munmap(m, size);
+  /* Makes the retried copy-out fail; closing the uffd wakes it. */
+  mprotect(page, 4096, PROT_READ);
+  close(uffd);
+  pthread_join(th, NULL);
+  munmap(page, 4096);
+  EXPECT(polled == 1, "REGISTER's copy-out did not park on the write-protected page");
+  EXPECT(k.err == EFAULT, "REGISTER with a failing copy-out: %s, want EFAULT",
+         k.err ? strerror(k.err) : "succeeded");
+  EXPECT(dereg == -ENOENT,
+         "DEREGISTER of the handle (%llu) while REGISTER's copy-out was parked: %s, want ENOENT",
+         (unsigned long long)predicted, dereg ? strerror(-dereg) : "succeeded");
+  EXPECT(!mapped, "mmap of the unpublished registration succeeded");
+  EXPECT(!phx_get_info(fd, &after), "GET_INFO");
+  EXPECT(after.regs_live == before.regs_live, "regs_live %llu -> %llu",
+         (unsigned long long)before.regs_live, (unsigned long long)after.regs_live);
+  EXPECT(!phx_register(fd, off, size, &probe) && !phx_deregister(fd, probe.handle),
+         "the range cannot be registered again: %s", strerror(errno));
+  close(fd);
+  snprintf(detail, len,
+           "while REGISTER's copy-out was parked, DEREGISTER of the predicted handle gave ENOENT "
+           "and mmap failed; the failed copy-out undid the registration (EFAULT)");
   return 0;
 }
 
@@ -286,5 +397,7 @@ int vmtest_access(void) {
   vm_run("access/core_dump_excludes_device_memory", t_core_dump);
   vm_run("access/madv_dodump_refused", t_dodump_refused);
   note_proc_mem();
+  /* Last: before its fix it hangs the kernel. */
+  vm_run("access/register_copyout_race", t_register_copyout_race);
   return vm_failures() ? 1 : 0;
 }
