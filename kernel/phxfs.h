@@ -127,6 +127,11 @@ struct phxfs_reg {
 	unsigned long idle_upto;
 	/* Finishes a teardown whose waiter was killed. */
 	struct work_struct finish;
+	/*
+	 * The process that made the registration (mmgrab'd, compared only):
+	 * only it may map or deregister it, not a child sharing the file.
+	 */
+	struct mm_struct *owner_mm;
 };
 
 /* phxfs_bar.c */

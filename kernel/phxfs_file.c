@@ -163,10 +163,14 @@ static long phxfs_ioctl_deregister(struct phxfs_file *pf, void __user *uarg)
 	mutex_lock(&pf->lock);
 	/* A slot still reserved by a REGISTER in progress loads as NULL. */
 	reg = xa_load(&pf->regs, (unsigned long)args.handle);
-	if (reg)
-		xa_erase(&pf->regs, (unsigned long)args.handle);
-	else
+	if (!reg) {
 		ret = -ENOENT;
+	} else if (reg->owner_mm != current->mm) {
+		/* Another process sharing the file (a forked child). */
+		ret = -EACCES;
+	} else {
+		xa_erase(&pf->regs, (unsigned long)args.handle);
+	}
 	mutex_unlock(&pf->lock);
 	if (ret)
 		return ret;

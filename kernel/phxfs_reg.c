@@ -17,6 +17,7 @@
 #include <linux/jiffies.h>
 #include <linux/mm.h>
 #include <linux/sched.h>
+#include <linux/sched/mm.h>
 #include <linux/slab.h>
 
 #include "phxfs.h"
@@ -35,6 +36,8 @@ static void phxfs_reg_free(struct kref *ref)
 {
 	struct phxfs_reg *reg = container_of(ref, struct phxfs_reg, ref);
 
+	if (reg->owner_mm)
+		mmdrop(reg->owner_mm);
 	kvfree(reg->pages);
 	kfree(reg);
 }
@@ -249,6 +252,9 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 	/* Every pinned page lies in the BAR, so no registration is larger. */
 	if (length > dev->bar_size)
 		return -ERANGE;
+	/* Only a process can own a registration (see phxfs_reg_mmap()). */
+	if (!current->mm)
+		return -EINVAL;
 
 	reg = kzalloc(sizeof(*reg), GFP_KERNEL_ACCOUNT);
 	if (!reg)
@@ -262,6 +268,8 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 	reg->device_addr = device_addr;
 	reg->length = length;
 	reg->npages = length >> PAGE_SHIFT;
+	reg->owner_mm = current->mm;
+	mmgrab(reg->owner_mm);
 	atomic_set(&reg->state, PHXFS_REG_GONE);
 	INIT_WORK(&reg->finish, phxfs_reg_finish_work);
 	reg->pages = kvcalloc(reg->npages, sizeof(*reg->pages),
@@ -578,15 +586,24 @@ static const struct vm_operations_struct phxfs_vm_ops = {
  * The pages themselves are inserted by the fault handler (see
  * phxfs_vm_fault() for why not here).
  *
- * Return: 0; -EINVAL when the VMA is not shared or its size differs from
- * the registration; -EPERM for executable mappings; -EBUSY when the
- * registration is already mapped; -ENXIO when it was revoked.
+ * Return: 0; -EACCES when @vma's process is not the one that registered
+ * (a forked child mapping through the inherited file); -EINVAL when the
+ * VMA is not shared or its size differs from the registration; -EPERM for
+ * executable mappings; -EBUSY when the registration is already mapped;
+ * -ENXIO when it was revoked.
  */
 int phxfs_reg_mmap(struct phxfs_reg *reg, struct vm_area_struct *vma)
 {
 	unsigned long size = vma->vm_end - vma->vm_start;
 	int ret = 0;
 
+	/*
+	 * The registration's device memory and its one mapping slot belong
+	 * to the process that made it.  A child sharing the file must not
+	 * read it nor take the slot once the parent has unmapped it.
+	 */
+	if (vma->vm_mm != reg->owner_mm)
+		return -EACCES;
 	if (size != reg->npages << PAGE_SHIFT || !(vma->vm_flags & VM_SHARED))
 		return -EINVAL;
 	if (vma->vm_flags & VM_EXEC)

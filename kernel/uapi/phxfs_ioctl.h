@@ -145,6 +145,8 @@ struct phxfs_register {
  *             is first waited for, up to one second);
  *  EINTR      a signal ended that wait;
  *  ENOENT     DEREGISTER of a handle this open file does not hold;
+ *  EACCES     DEREGISTER from a process other than the one that registered
+ *             (a forked child sharing the file);
  *  ENODEV     the provider's driver is not loaded (PHXFS_INFO_PROVIDER_MISSING);
  *  EOPNOTSUPP, EIO, ENOMEM  from the provider (e.g. NVIDIA refuses memory
  *             that is not cudaMalloc'd device memory: EINVAL);
@@ -152,6 +154,7 @@ struct phxfs_register {
  * mmap(fd, length, PROT_READ|PROT_WRITE, MAP_SHARED, mmap_offset):
  *  EINVAL     unknown offset, length differs from the registration, or
  *             MAP_PRIVATE; EPERM  PROT_EXEC; EBUSY  already mapped;
+ *  EACCES     the calling process did not make the registration;
  *  ENXIO      the provider revoked the registration.
  * After a revocation (DEREGISTER from another thread, cudaFree) the range
  * stays reserved but unbacked: touching it raises SIGBUS and I/O on it fails

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * vmtest_access.c - who can reach device memory through phxfs: the node's
- * permissions, a read-only open, forked children (also after MADV_DOFORK),
- * core dumps, MADV_DODUMP, REGISTER's copy-out racing a DEREGISTER of the
- * predicted handle; and what /proc/PID/mem gives (a note, see
- * docs/security.md).  Uses device 1's BAR from 136 MiB (no other group's:
- * the pcibar group has [0, 128 MiB), the libphoenix tests [160, 256 MiB)).
+ * permissions, a read-only open, forked children (also after MADV_DOFORK,
+ * and through the inherited file), core dumps, MADV_DODUMP, REGISTER's copy-out racing a DEREGISTER
+ * of the predicted handle; and what /proc/PID/mem gives (a note, see docs/security.md).  Uses
+ * device 1's BAR from 136 MiB (no other group's: the pcibar group has [0, 128 MiB), the libphoenix
+ * tests [160, 256 MiB)).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -94,6 +94,55 @@ static int t_readonly_open_cannot_map(char *detail, size_t len) {
   EXPECT(!phx_deregister(fd, r.handle), "deregister");
   close(fd);
   snprintf(detail, len, "O_RDONLY: REGISTER works but no mapping (PROT_READ EINVAL, RW EACCES)");
+  return 0;
+}
+
+/*
+ * A forked child shares the parent's file; once the parent has unmapped
+ * its registration, the child must neither map it (reading device memory
+ * and taking the parent's only mapping slot) nor deregister it.
+ */
+static int t_forked_child_cannot_map(char *detail, size_t len) {
+  struct phxfs_register r;
+  unsigned char *map;
+  int fd = open_map(320 * KiB, 64 * KiB, &r, &map), status;
+  pid_t pid;
+
+  EXPECT(fd >= 0, "register and map: %s", strerror(errno));
+  map[0] = 0x5a;
+  EXPECT(!munmap(map, r.length), "munmap");
+  pid = fork();
+  EXPECT(pid >= 0, "fork");
+  if (pid == 0) {
+    void *m = mmap(NULL, r.length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)r.mmap_offset);
+
+    if (m != MAP_FAILED)
+      _exit(((volatile unsigned char *)m)[0] == 0x5a ? 1 : 2);
+    if (errno != EACCES)
+      _exit(3);
+    _exit(phx_deregister(fd, r.handle) == -EACCES ? 0 : 4);
+  }
+  EXPECT(waitpid(pid, &status, 0) == pid && WIFEXITED(status), "child status %#x", status);
+  switch (WEXITSTATUS(status)) {
+    case 0:
+      break;
+    case 1:
+      FAILF("a forked child mapped its parent's registration and read device memory");
+    case 2:
+      FAILF("a forked child mapped its parent's registration");
+    case 3:
+      FAILF("a forked child's mmap of its parent's registration failed, but not with EACCES");
+    default:
+      FAILF("a forked child's DEREGISTER of its parent's handle did not fail with EACCES");
+  }
+  map = phx_map(fd, &r);
+  EXPECT(map, "the parent cannot map its registration again: %s", strerror(errno));
+  EXPECT(map[0] == 0x5a, "device byte changed");
+  EXPECT(!munmap(map, r.length) && !phx_deregister(fd, r.handle), "teardown");
+  close(fd);
+  snprintf(detail, len,
+           "a forked child gets EACCES on mmap and DEREGISTER of its parent's registration; the "
+           "parent maps it again");
   return 0;
 }
 
@@ -394,6 +443,7 @@ int vmtest_access(void) {
   vm_run("access/nobody_cannot_open", t_nobody_cannot_open);
   vm_run("access/readonly_open_cannot_map", t_readonly_open_cannot_map);
   vm_run("access/fork_after_madv_dofork", t_fork_after_dofork);
+  vm_run("access/forked_child_cannot_map", t_forked_child_cannot_map);
   vm_run("access/core_dump_excludes_device_memory", t_core_dump);
   vm_run("access/madv_dodump_refused", t_dodump_refused);
   note_proc_mem();
