@@ -123,6 +123,13 @@ static long phxfs_ioctl_register(struct file *file, void __user *uarg)
 	struct phxfs_reg *reg;
 	int ret;
 
+	/*
+	 * A registration claims device pages (others get EBUSY on them) and
+	 * only a read-write open can map it, so a read-only open, which may
+	 * have been handed out as "look but do not touch", cannot pin.
+	 */
+	if (!(file->f_mode & FMODE_WRITE))
+		return -EBADF;
 	ret = phxfs_copy_args(&args, uarg, sizeof(args));
 	if (ret)
 		return ret;

@@ -233,7 +233,8 @@ static void phxfs_reg_finish_work(struct work_struct *work)
  * wraps, -ERANGE when it lies outside the device, -EBUSY when another
  * registration holds some of its pages (one being torn down is waited for,
  * up to PHXFS_CLAIM_WAIT), -ERESTARTSYS when a signal ended that wait,
- * -ENOSPC when mmap offsets ran out, -ENOMEM, or the provider's -errno.
+ * -ENOSPC when mmap offsets ran out, -ENOMEM, or the provider's -errno
+ * (pcibar: -EPERM without CAP_SYS_RAWIO or a grant).
  */
 int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 		     struct phxfs_reg **out)

@@ -144,6 +144,9 @@ struct phxfs_register {
  *             being torn down, e.g. DEREGISTER waiting for DMA in flight,
  *             is first waited for, up to one second);
  *  EINTR      a signal ended that wait;
+ *  EBADF      REGISTER on a file not opened for writing (O_RDONLY);
+ *  EPERM      REGISTER on a PCI BAR device (PHXFS_PROVIDER_PCIBAR) without
+ *             CAP_SYS_RAWIO, unless the module's pcibar_open parameter is set;
  *  ENOENT     DEREGISTER of a handle this open file does not hold;
  *  EACCES     DEREGISTER from a process other than the one that registered
  *             (a forked child sharing the file);

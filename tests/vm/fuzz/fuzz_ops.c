@@ -413,6 +413,7 @@ static void op_register(struct fz_thread *t) {
   uint64_t npages, slots;
   uint32_t gen;
   int f, fd, got;
+  bool rdonly;
 
   LOCK(t);
   f = pick_file(t);
@@ -422,6 +423,7 @@ static void op_register(struct fz_thread *t) {
   }
   fd = t->proc->files[f].fd;
   gen = t->proc->files[f].gen;
+  rdonly = t->proc->files[f].rdonly;
   d = &cfg->dev[t->proc->files[f].dev];
   UNLOCK(t);
   npages = pick_pages(t, d);
@@ -437,7 +439,11 @@ static void op_register(struct fz_thread *t) {
   fz_trace_result(t, got ? -got : (long)r.handle);
   if (!file_same(t, f, gen))
     return;
-  fz_expect(t, got, 0, EBUSY, "REGISTER of a valid range");
+  /* A read-only open cannot pin pages (docs/security.md). */
+  if (rdonly)
+    fz_expect(t, got, EBADF, FZ_ANY, "REGISTER on a read-only open");
+  else
+    fz_expect(t, got, 0, EBUSY, "REGISTER of a valid range");
   if (!got) {
     if (r.mmap_offset != r.handle << 12)
       fz_fail(t, "REGISTER: mmap_offset %#llx for handle %#llx", (unsigned long long)r.mmap_offset,
@@ -455,6 +461,7 @@ static void op_register_bad(struct fz_thread *t) {
   uint32_t gen;
   int f, fd, got, want = 0, alt = FZ_ANY;
   void *ro = NULL;
+  bool rdonly;
 
   LOCK(t);
   f = pick_file(t);
@@ -464,6 +471,7 @@ static void op_register_bad(struct fz_thread *t) {
   }
   fd = t->proc->files[f].fd;
   gen = t->proc->files[f].gen;
+  rdonly = t->proc->files[f].rdonly;
   d = &cfg->dev[t->proc->files[f].dev];
   UNLOCK(t);
   pg = d->page_size;
@@ -556,6 +564,11 @@ static void op_register_bad(struct fz_thread *t) {
       want = 0;
       alt = EBUSY;
       break;
+  }
+  /* The open mode is checked before the argument is even read. */
+  if (rdonly) {
+    want = EBADF;
+    alt = FZ_ANY;
   }
   fz_trace(t, "register-bad", variant, r.device_addr, r.length);
   got = ioctl(fd, PHXFS_IOC_REGISTER, arg) ? errno : 0;

@@ -1,16 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * vmtest_access.c - who can reach device memory through phxfs: the node's
- * permissions, a read-only open, forked children (also after MADV_DOFORK,
- * and through the inherited file), core dumps, MADV_DODUMP, REGISTER's copy-out racing a DEREGISTER
- * of the predicted handle; and what /proc/PID/mem gives (a note, see docs/security.md).  Uses
- * device 1's BAR from 136 MiB (no other group's: the pcibar group has [0, 128 MiB), the libphoenix
- * tests [160, 256 MiB)).
+ * permissions, a read-only open, CAP_SYS_RAWIO for PCI BAR ranges, forked
+ * children (also after MADV_DOFORK, and through the inherited file), core
+ * dumps, MADV_DODUMP, REGISTER's copy-out racing a DEREGISTER of the
+ * predicted handle; and what /proc/PID/mem gives (a note, see
+ * docs/security.md).  Uses device 1's BAR from 136 MiB (no other group's:
+ * the pcibar group has [0, 128 MiB), the libphoenix tests [160, 256 MiB)).
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/capability.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
 #include <pthread.h>
@@ -77,23 +79,90 @@ static int t_nobody_cannot_open(char *detail, size_t len) {
   return 0;
 }
 
-static int t_readonly_open_cannot_map(char *detail, size_t len) {
+static int t_readonly_open_cannot_register(char *detail, size_t len) {
+  struct phxfs_info before, after;
   struct phxfs_register r;
   int fd = open(PHXFS_DEVICE_PREFIX "1", O_RDONLY), ret;
-  void *m;
 
   EXPECT(fd >= 0, "open O_RDONLY: %s", strerror(errno));
+  EXPECT(!phx_get_info(fd, &before), "GET_INFO on a read-only open");
   ret = phx_register(fd, ACCESS_BAR_OFF, 64 * KiB, &r);
-  EXPECT(!ret, "register: %s", strerror(-ret));
-  m = mmap(NULL, r.length, PROT_READ, MAP_SHARED, fd, (off_t)r.mmap_offset);
-  EXPECT(m == MAP_FAILED && errno == EINVAL, "PROT_READ mapping of a read-only open: %s",
-         m == MAP_FAILED ? strerror(errno) : "succeeded");
-  m = mmap(NULL, r.length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)r.mmap_offset);
-  EXPECT(m == MAP_FAILED && errno == EACCES, "writable mapping of a read-only open: %s",
-         m == MAP_FAILED ? strerror(errno) : "succeeded");
-  EXPECT(!phx_deregister(fd, r.handle), "deregister");
+  if (!ret)
+    phx_deregister(fd, r.handle);
+  EXPECT(!phx_get_info(fd, &after), "GET_INFO");
   close(fd);
-  snprintf(detail, len, "O_RDONLY: REGISTER works but no mapping (PROT_READ EINVAL, RW EACCES)");
+  EXPECT(ret == -EBADF, "REGISTER on a read-only open: %s, want EBADF (it would pin pages)",
+         ret ? strerror(-ret) : "succeeded");
+  EXPECT(after.regs_total == before.regs_total, "regs_total %llu -> %llu",
+         (unsigned long long)before.regs_total, (unsigned long long)after.regs_total);
+  snprintf(detail, len, "O_RDONLY: GET_INFO works, REGISTER is EBADF and pins nothing");
+  return 0;
+}
+
+/* Drops CAP_SYS_RAWIO from the effective and permitted sets (still uid 0). */
+static int drop_cap_sys_rawio(void) {
+  struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3};
+  struct __user_cap_data_struct data[2];
+
+  if (syscall(SYS_capget, &hdr, data))
+    return -1;
+  data[CAP_SYS_RAWIO / 32].effective &= ~(1U << (CAP_SYS_RAWIO % 32));
+  data[CAP_SYS_RAWIO / 32].permitted &= ~(1U << (CAP_SYS_RAWIO % 32));
+  data[CAP_SYS_RAWIO / 32].inheritable &= ~(1U << (CAP_SYS_RAWIO % 32));
+  return syscall(SYS_capset, &hdr, data) ? -1 : 0;
+}
+
+/* A child without CAP_SYS_RAWIO registers a range: 0, or the errno. */
+static int register_without_rawio(void) {
+  int status;
+  pid_t pid = fork();
+
+  if (pid < 0)
+    return -1;
+  if (pid == 0) {
+    struct phxfs_register r;
+    int fd, ret;
+
+    if (drop_cap_sys_rawio())
+      _exit(200);
+    fd = phx_open_dev(ACCESS_DEV);
+    if (fd < 0)
+      _exit(201);
+    ret = phx_register(fd, ACCESS_BAR_OFF + 384 * KiB, 64 * KiB, &r);
+    if (!ret && phx_deregister(fd, r.handle))
+      _exit(202);
+    _exit(-ret);
+  }
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+    return -1;
+  return WEXITSTATUS(status);
+}
+
+static int set_pcibar_open(const char *value) {
+  FILE *f = fopen("/sys/module/phxfs/parameters/pcibar_open", "w");
+
+  if (!f)
+    return -1;
+  fputs(value, f);
+  return fclose(f) ? -1 : 0;
+}
+
+static int t_pcibar_needs_rawio(char *detail, size_t len) {
+  int without, granted;
+
+  without = register_without_rawio();
+  EXPECT(without == EPERM, "REGISTER of a pcibar range without CAP_SYS_RAWIO: %s, want EPERM",
+         without == 0     ? "succeeded"
+         : without >= 200 ? "child setup failed"
+         : without > 0    ? strerror(without)
+                          : "child failed");
+  EXPECT(!set_pcibar_open("1"), "cannot write /sys/module/phxfs/parameters/pcibar_open");
+  granted = register_without_rawio();
+  set_pcibar_open("0");
+  EXPECT(granted == 0, "with pcibar_open=1, REGISTER without CAP_SYS_RAWIO: %s",
+         granted > 0 && granted < 200 ? strerror(granted) : "child failed");
+  snprintf(detail, len,
+           "without CAP_SYS_RAWIO REGISTER is EPERM; pcibar_open=1 grants it to every opener");
   return 0;
 }
 
@@ -441,7 +510,8 @@ static void note_proc_mem(void) {
 
 int vmtest_access(void) {
   vm_run("access/nobody_cannot_open", t_nobody_cannot_open);
-  vm_run("access/readonly_open_cannot_map", t_readonly_open_cannot_map);
+  vm_run("access/readonly_open_cannot_register", t_readonly_open_cannot_register);
+  vm_run("access/pcibar_needs_cap_sys_rawio", t_pcibar_needs_rawio);
   vm_run("access/fork_after_madv_dofork", t_fork_after_dofork);
   vm_run("access/forked_child_cannot_map", t_forked_child_cannot_map);
   vm_run("access/core_dump_excludes_device_memory", t_core_dump);
