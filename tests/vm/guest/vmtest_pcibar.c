@@ -97,6 +97,26 @@ static int region_open(struct region *r, int dev, uint64_t len) {
   return ret;
 }
 
+/*
+ * A DEREGISTER in another process that shares our mm (spawn_same_mm), so
+ * that it can block, be killed or be waited for while we go on.
+ */
+struct region_ref {
+  int fd;
+  uint64_t handle;
+  int close_fds[2]; /* the child's copies of these would hold a pipe open; -1: none */
+};
+
+static int deregister_child(void *p) {
+  const struct region_ref *d = p;
+
+  if (d->close_fds[0] >= 0)
+    close(d->close_fds[0]);
+  if (d->close_fds[1] >= 0)
+    close(d->close_fds[1]);
+  return phx_deregister(d->fd, d->handle) ? 1 : 0;
+}
+
 static int region_close(struct region *r) {
   int ret = 0;
 
@@ -511,11 +531,10 @@ static int t_io_uring_fixed(char *detail, size_t len) {
   {
     struct phxfs_info info;
     int status;
-    pid_t pid = fork();
+    struct region_ref dr = {r.fd, r.reg.handle, {-1, -1}};
+    pid_t pid = spawn_same_mm(deregister_child, &dr);
 
-    EXPECT(pid >= 0, "fork");
-    if (pid == 0)
-      _exit(phx_deregister(r.fd, r.reg.handle) ? 1 : 0);
+    EXPECT(pid >= 0, "clone");
     usleep(300000);
     EXPECT(waitpid(pid, &status, WNOHANG) == 0,
            "DEREGISTER returned while io_uring still pinned the buffer");
@@ -815,6 +834,7 @@ static int t_register_waits_for_teardown(char *detail, size_t len) {
   const uint64_t size = 64 * KiB, disk = 11 * MiB;
   unsigned char *ref = ram_alloc(size);
   struct pipe_release pr = {.after_us = 500000};
+  struct region_ref dr;
   struct phxfs_register again;
   struct phxfs_info info;
   struct region r;
@@ -834,13 +854,9 @@ static int t_register_waits_for_teardown(char *detail, size_t len) {
   EXPECT(!pipe(pr.fds), "pipe");
   iov = (struct iovec){r.map, size};
   EXPECT(vmsplice(pr.fds[1], &iov, 1, 0) == (ssize_t)size, "vmsplice: %s", strerror(errno));
-  pid = fork();
-  EXPECT(pid >= 0, "fork");
-  if (pid == 0) {
-    close(pr.fds[0]);
-    close(pr.fds[1]);
-    _exit(phx_deregister(r.fd, r.reg.handle) ? 1 : 0);
-  }
+  dr = (struct region_ref){r.fd, r.reg.handle, {pr.fds[0], pr.fds[1]}};
+  pid = spawn_same_mm(deregister_child, &dr);
+  EXPECT(pid >= 0, "clone");
   usleep(300000);
   EXPECT(waitpid(pid, &status, WNOHANG) == 0, "DEREGISTER returned while a pipe held the pages");
   fd2 = phx_open_dev(0);
