@@ -150,6 +150,8 @@ void phxfs_reg_revoke_end(struct phxfs_reg *reg);
 void phxfs_reg_revoke_lost(struct phxfs_reg *reg);
 void phxfs_reg_put(struct phxfs_reg *reg);
 int phxfs_reg_mmap(struct phxfs_reg *reg, struct vm_area_struct *vma);
+int phxfs_reg_module_init(void);
+void phxfs_reg_module_exit(void);
 
 /* phxfs_file.c */
 extern const struct file_operations phxfs_fops;

@@ -11,7 +11,6 @@
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
-#include <linux/delay.h>
 #include <linux/module.h>
 #include <linux/workqueue.h>
 #include <linux/jiffies.h>
@@ -28,6 +27,16 @@
  * initialises it to 1 and resets it to 1 in free_zone_device_page().
  */
 #define PHXFS_IDLE_PAGE_REFS 1
+
+/*
+ * Teardowns that outlive their caller (a killed DEREGISTER, an exiting
+ * process) finish here.  phxfs_exit() destroys it, which waits for a work
+ * item that has just dropped its module reference to return.
+ */
+static struct workqueue_struct *phxfs_wq;
+
+/* Longest sleep between two looks at a busy page's refcount. */
+#define PHXFS_IDLE_POLL_MAX (HZ / 10)
 
 /* Pages a fault maps beyond the faulting one (2 MiB with 4 KiB pages). */
 #define PHXFS_INSERT_BATCH 512UL
@@ -141,36 +150,74 @@ static void phxfs_reg_unclaim(struct phxfs_reg *reg)
 	wake_up_all(&dev->claim_wq);
 }
 
-/*
- * Waits until every page's refcount is back to idle, i.e. no GUP reference
- * (O_DIRECT or io_uring DMA in flight, an io_uring fixed buffer) is left.
- * Resumes from reg->idle_upto.  With @killable, returns -EINTR when the
- * caller is being killed (an exiting process, or a DEREGISTER caller who
- * gave up), leaving the rest to phxfs_reg_finish_work().
- */
-static int phxfs_reg_wait_idle(struct phxfs_reg *reg, bool killable)
+static bool phxfs_page_idle(struct page *page)
 {
-	unsigned long start = jiffies;
+	return page_ref_count(page) <= PHXFS_IDLE_PAGE_REFS;
+}
+
+/*
+ * Waits until pages [*@cursor, npages) are idle, i.e. no GUP reference
+ * (O_DIRECT or io_uring DMA in flight, an io_uring fixed buffer, a
+ * vmsplice'd pipe) is left, advancing *@cursor past each idle page.
+ *
+ * The kernel tells nobody when such a reference goes: put_page() calls the
+ * pgmap's page_free only when the count reaches zero, and a page phxfs
+ * claims idles at PHXFS_IDLE_PAGE_REFS, above zero.  So this re-checks the
+ * count on a timeout, sleeping on the device's claim_wq (woken when any
+ * registration lets its pages go, e.g. the teardown a provider revocation
+ * waits beside) one jiffy at first, doubling up to PHXFS_IDLE_POLL_MAX:
+ * DMA in flight usually ends within the first sleeps, and a reference held
+ * for long costs ten wake-ups a second, not thousands.
+ *
+ * Return: 0; -EINTR when @killable and the caller is being killed;
+ * -ETIMEDOUT when @timeout jiffies (0: no limit) have passed.
+ */
+static int phxfs_reg_wait_pages(struct phxfs_reg *reg, unsigned long *cursor,
+				bool killable, unsigned long timeout)
+{
+	wait_queue_head_t *wq = &reg->dev->claim_wq;
+	unsigned long start = jiffies, poll = 1;
 	bool told = false;
+	long left;
 
-	for (; reg->idle_upto < reg->npages; reg->idle_upto++) {
-		struct page *page = reg->pages[reg->idle_upto];
+	for (; *cursor < reg->npages; (*cursor)++) {
+		struct page *page = reg->pages[*cursor];
 
-		while (page_ref_count(page) > PHXFS_IDLE_PAGE_REFS) {
-			if (killable && fatal_signal_pending(current))
-				return -EINTR;
+		while (!phxfs_page_idle(page)) {
+			if (timeout && time_after(jiffies, start + timeout))
+				return -ETIMEDOUT;
 			if (!told && time_after(jiffies, start + 10 * HZ)) {
 				pr_info("dev%u: handle %llu: still waiting for I/O in flight on page %lu\n",
-					reg->dev->index, reg->handle,
-					reg->idle_upto);
+					reg->dev->index, reg->handle, *cursor);
 				told = true;
 			}
-			usleep_range(50, 200);
+			if (killable) {
+				left = wait_event_killable_timeout(
+					*wq, phxfs_page_idle(page), poll);
+				if (left < 0)
+					return -EINTR;
+			} else {
+				wait_event_timeout(*wq, phxfs_page_idle(page),
+						   poll);
+			}
+			poll = min_t(unsigned long, poll * 2,
+				     PHXFS_IDLE_POLL_MAX);
 		}
-		if (!(reg->idle_upto & 1023))
+		if (!(*cursor & 1023))
 			cond_resched();
 	}
 	return 0;
+}
+
+/*
+ * Waits for the teardown's pages, resuming from reg->idle_upto.  With
+ * @killable, returns -EINTR when the caller is being killed (an exiting
+ * process, or a DEREGISTER caller who gave up), leaving the rest to
+ * phxfs_reg_finish_work().
+ */
+static int phxfs_reg_wait_idle(struct phxfs_reg *reg, bool killable)
+{
+	return phxfs_reg_wait_pages(reg, &reg->idle_upto, killable, 0);
 }
 
 /*
@@ -210,8 +257,35 @@ static void phxfs_reg_finish_work(struct work_struct *work)
 
 	phxfs_reg_wait_idle(reg, false);
 	phxfs_reg_finish(reg);
-	/* Taken when the teardown was deferred: rmmod waits for us. */
+	/*
+	 * Taken when the teardown was deferred, so that rmmod fails with
+	 * EBUSY meanwhile instead of waiting on user space.  Once it is
+	 * dropped, phxfs_exit() may run: its destroy_workqueue() waits for
+	 * this function to return before the module's text goes away.
+	 */
 	module_put(THIS_MODULE);
+}
+
+/**
+ * phxfs_reg_module_init() - set up what registrations need at load.
+ *
+ * Return: 0 or -ENOMEM.
+ */
+int phxfs_reg_module_init(void)
+{
+	phxfs_wq = alloc_workqueue("phxfs", WQ_UNBOUND, 0);
+	return phxfs_wq ? 0 : -ENOMEM;
+}
+
+/**
+ * phxfs_reg_module_exit() - wait for deferred teardowns at unload.
+ *
+ * Every queued teardown holds a module reference, so by now each has at
+ * most its return left to run; this waits for that.
+ */
+void phxfs_reg_module_exit(void)
+{
+	destroy_workqueue(phxfs_wq);
 }
 
 /**
@@ -383,7 +457,7 @@ void phxfs_reg_teardown(struct phxfs_reg *reg)
 	phxfs_reg_zap(reg);
 	if (phxfs_reg_wait_idle(reg, true)) {
 		__module_get(THIS_MODULE);
-		queue_work(system_long_wq, &reg->finish);
+		queue_work(phxfs_wq, &reg->finish);
 		return;
 	}
 	phxfs_reg_finish(reg);
@@ -425,19 +499,14 @@ bool phxfs_reg_revoke_begin(struct phxfs_reg *reg)
  */
 void phxfs_reg_revoke_lost(struct phxfs_reg *reg)
 {
-	unsigned long i;
+	unsigned long i = 0;
 
 	/* Never published (a create that failed): no mapping, no DMA. */
 	if (atomic_read(&reg->state) != PHXFS_REG_RELEASING)
 		return;
 	/* The teardown may not have zapped yet; a second zap is harmless. */
 	phxfs_reg_zap(reg);
-	for (i = 0; i < reg->npages; i++) {
-		while (page_ref_count(reg->pages[i]) > PHXFS_IDLE_PAGE_REFS)
-			usleep_range(50, 200);
-		if (!(i & 1023))
-			cond_resched();
-	}
+	phxfs_reg_wait_pages(reg, &i, false, 0);
 }
 
 /**

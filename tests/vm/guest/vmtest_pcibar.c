@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -903,6 +904,71 @@ static int t_register_waits_for_teardown(char *detail, size_t len) {
   return 0;
 }
 
+struct timed_deregister {
+  int fd;
+  uint64_t handle;
+  int ret;
+  long switches; /* voluntary context switches of the thread meanwhile */
+  double seconds;
+};
+
+static void *timed_deregister(void *p) {
+  struct timed_deregister *d = p;
+  struct rusage before, after;
+  double start = monotonic_s();
+
+  getrusage(RUSAGE_THREAD, &before);
+  d->ret = phx_deregister(d->fd, d->handle);
+  getrusage(RUSAGE_THREAD, &after);
+  d->seconds = monotonic_s() - start;
+  d->switches = after.ru_nvcsw - before.ru_nvcsw;
+  return NULL;
+}
+
+/*
+ * A DEREGISTER that waits for page references user space holds (a
+ * vmsplice'd pipe, as for DMA in flight) must sleep, not poll: the old
+ * wait looked every 50-200 us, thousands of wake-ups a second for as long
+ * as user space liked.
+ */
+static int t_deregister_wait_sleeps(char *detail, size_t len) {
+  const uint64_t size = 64 * KiB;
+  struct timed_deregister d = {0};
+  struct phxfs_info info;
+  struct region r;
+  struct iovec iov;
+  pthread_t th;
+  int fds[2], ret;
+
+  ret = region_open(&r, 0, size);
+  EXPECT(!ret, "region: %s", strerror(-ret));
+  memset(r.map, 0x3c, size);
+  EXPECT(!pipe(fds), "pipe");
+  iov = (struct iovec){r.map, size};
+  EXPECT(vmsplice(fds[1], &iov, 1, 0) == (ssize_t)size, "vmsplice: %s", strerror(errno));
+  d.fd = r.fd;
+  d.handle = r.reg.handle;
+  EXPECT(!pthread_create(&th, NULL, timed_deregister, &d), "thread");
+  sleep(2);
+  close(fds[0]);
+  close(fds[1]);
+  pthread_join(th, NULL);
+  EXPECT(!d.ret, "DEREGISTER: %s", strerror(-d.ret));
+  EXPECT(d.seconds >= 1.5, "DEREGISTER returned after %.2f s while a pipe held the pages",
+         d.seconds);
+  EXPECT(d.switches < 200,
+         "DEREGISTER waiting %.2f s for held pages woke %ld times: it polls instead of sleeping",
+         d.seconds, d.switches);
+  EXPECT(touch_signal(r.map) == SIGBUS, "the mapping still reaches the pages");
+  EXPECT(!munmap(r.map, size), "munmap");
+  EXPECT(!phx_get_info(r.fd, &info) && info.regs_live == 0, "regs_live %llu",
+         (unsigned long long)info.regs_live);
+  close(r.fd);
+  snprintf(detail, len, "DEREGISTER waited %.2f s for a vmsplice'd pipe with %ld wake-ups",
+           d.seconds, d.switches);
+  return 0;
+}
+
 int vmtest_pcibar(void) {
   int raw;
 
@@ -943,5 +1009,6 @@ int vmtest_pcibar(void) {
   vm_run("pcibar/fork", t_fork);
   vm_run("pcibar/kill_with_live_registration", t_kill_live);
   vm_run("pcibar/register_waits_for_teardown", t_register_waits_for_teardown);
+  vm_run("pcibar/deregister_wait_sleeps", t_deregister_wait_sleeps);
   return vm_failures() ? 1 : 0;
 }
