@@ -35,6 +35,8 @@
  */
 static struct workqueue_struct *phxfs_wq;
 
+static void phxfs_reg_unclaim_work(struct work_struct *work);
+
 /* Longest sleep between two looks at a busy page's refcount. */
 #define PHXFS_IDLE_POLL_MAX (HZ / 10)
 
@@ -347,6 +349,7 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 	mmgrab(reg->owner_mm);
 	atomic_set(&reg->state, PHXFS_REG_GONE);
 	INIT_WORK(&reg->finish, phxfs_reg_finish_work);
+	INIT_WORK(&reg->unclaim, phxfs_reg_unclaim_work);
 	reg->pages = kvcalloc(reg->npages, sizeof(*reg->pages),
 			      GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
 	if (!reg->pages) {
@@ -463,18 +466,41 @@ void phxfs_reg_teardown(struct phxfs_reg *reg)
 	phxfs_reg_finish(reg);
 }
 
+/*
+ * A provider revocation gave up waiting for references user space holds:
+ * keep the pages claimed, so that phxfs maps them to nobody else, until
+ * the last reference is gone.
+ */
+static void phxfs_reg_unclaim_work(struct work_struct *work)
+{
+	struct phxfs_reg *reg = container_of(work, struct phxfs_reg, unclaim);
+
+	phxfs_reg_wait_idle(reg, false);
+	phxfs_reg_unclaim(reg);
+	pr_info("dev%u: handle %llu: the pages held past its revocation are free\n",
+		reg->dev->index, reg->handle);
+	phxfs_reg_put(reg);
+	/* As in phxfs_reg_finish_work(). */
+	module_put(THIS_MODULE);
+}
+
 /**
  * phxfs_reg_revoke_begin() - start a provider-initiated revocation.
- * @reg: registration whose memory the provider is taking back.
+ * @reg:     registration whose memory the provider is taking back.
+ * @timeout: jiffies to wait for page references to drop.
  *
- * Zaps the user mapping and waits for DMA in flight (not killable: the
- * provider frees the memory as soon as we return).  The caller releases its
- * own resources and then calls phxfs_reg_revoke_end().
+ * Zaps the user mapping and waits, at most @timeout, for DMA in flight
+ * (not killable: the provider frees the memory as soon as we return).
+ * References that outlive the wait were taken by user space for as long
+ * as it likes (a vmsplice'd pipe, io_uring fixed buffers): the provider
+ * must not hang on them, so the revocation goes on, the pages stay
+ * claimed until they are idle, and the log says so.  The caller releases
+ * its own resources and then calls phxfs_reg_revoke_end().
  *
  * Return: false if DEREGISTER/release already owns the teardown; the caller
  * must then leave the pin to it.
  */
-bool phxfs_reg_revoke_begin(struct phxfs_reg *reg)
+bool phxfs_reg_revoke_begin(struct phxfs_reg *reg, unsigned long timeout)
 {
 	/* Let a registration still being created get published (or fail). */
 	mutex_lock(&reg->create_lock);
@@ -483,7 +509,16 @@ bool phxfs_reg_revoke_begin(struct phxfs_reg *reg)
 			   PHXFS_REG_REVOKING) != PHXFS_REG_PINNED)
 		return false;
 	phxfs_reg_zap(reg);
-	phxfs_reg_wait_idle(reg, false);
+	if (phxfs_reg_wait_pages(reg, &reg->idle_upto, false, timeout)) {
+		atomic64_inc(&reg->dev->stats.errors);
+		pr_warn("dev%u: handle %llu: page %lu still referenced %u ms after its memory was freed (vmsplice, io_uring fixed buffer?); kept from reuse until released\n",
+			reg->dev->index, reg->handle, reg->idle_upto,
+			jiffies_to_msecs(timeout));
+		kref_get(&reg->ref);
+		__module_get(THIS_MODULE);
+		queue_work(phxfs_wq, &reg->unclaim);
+		return true;
+	}
 	phxfs_reg_unclaim(reg);
 	return true;
 }
@@ -493,11 +528,13 @@ bool phxfs_reg_revoke_begin(struct phxfs_reg *reg)
  * release already tearing @reg down (phxfs_reg_revoke_begin() returned
  * false): make sure no DMA can reach the pages once this returns, since
  * the provider frees the memory then, and leave the teardown to its owner.
- * @reg: registration; the teardown's reference keeps it alive.
+ * @reg:     registration; the teardown's reference keeps it alive.
+ * @timeout: jiffies to wait at most, as in phxfs_reg_revoke_begin(); the
+ *           teardown keeps the pages claimed until they are idle.
  *
  * Does not use the teardown's resumable idle cursor: both may wait at once.
  */
-void phxfs_reg_revoke_lost(struct phxfs_reg *reg)
+void phxfs_reg_revoke_lost(struct phxfs_reg *reg, unsigned long timeout)
 {
 	unsigned long i = 0;
 
@@ -506,7 +543,12 @@ void phxfs_reg_revoke_lost(struct phxfs_reg *reg)
 		return;
 	/* The teardown may not have zapped yet; a second zap is harmless. */
 	phxfs_reg_zap(reg);
-	phxfs_reg_wait_pages(reg, &i, false, 0);
+	if (phxfs_reg_wait_pages(reg, &i, false, timeout)) {
+		atomic64_inc(&reg->dev->stats.errors);
+		pr_warn("dev%u: handle %llu: page %lu still referenced %u ms after its memory was freed; its teardown keeps it from reuse\n",
+			reg->dev->index, reg->handle, i,
+			jiffies_to_msecs(timeout));
+	}
 }
 
 /**
