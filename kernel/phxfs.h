@@ -129,6 +129,8 @@ struct phxfs_reg {
 	struct work_struct finish;
 	/* Releases the claim of pages still referenced after a revocation. */
 	struct work_struct unclaim;
+	/* Revoked with pages still referenced: live until unclaim has run. */
+	bool quarantined;
 	/*
 	 * The process that made the registration (mmgrab'd, compared only):
 	 * only it may map or deregister it, not a child sharing the file.

@@ -474,12 +474,15 @@ void phxfs_reg_teardown(struct phxfs_reg *reg)
 static void phxfs_reg_unclaim_work(struct work_struct *work)
 {
 	struct phxfs_reg *reg = container_of(work, struct phxfs_reg, unclaim);
+	struct phxfs_dev *dev = reg->dev;
 
 	phxfs_reg_wait_idle(reg, false);
 	phxfs_reg_unclaim(reg);
 	pr_info("dev%u: handle %llu: the pages held past its revocation are free\n",
-		reg->dev->index, reg->handle);
+		dev->index, reg->handle);
 	phxfs_reg_put(reg);
+	/* Counted live until now: regs_live 0 means nothing is held. */
+	atomic64_dec(&dev->stats.regs_live);
 	/* As in phxfs_reg_finish_work(). */
 	module_put(THIS_MODULE);
 }
@@ -514,6 +517,7 @@ bool phxfs_reg_revoke_begin(struct phxfs_reg *reg, unsigned long timeout)
 		pr_warn("dev%u: handle %llu: page %lu still referenced %u ms after its memory was freed (vmsplice, io_uring fixed buffer?); kept from reuse until released\n",
 			reg->dev->index, reg->handle, reg->idle_upto,
 			jiffies_to_msecs(timeout));
+		reg->quarantined = true;
 		kref_get(&reg->ref);
 		__module_get(THIS_MODULE);
 		queue_work(phxfs_wq, &reg->unclaim);
@@ -562,7 +566,8 @@ void phxfs_reg_revoke_end(struct phxfs_reg *reg)
 
 	atomic_set(&reg->state, PHXFS_REG_GONE);
 	atomic64_inc(&dev->stats.revocations);
-	atomic64_dec(&dev->stats.regs_live);
+	if (!reg->quarantined)
+		atomic64_dec(&dev->stats.regs_live);
 	pr_info("dev%u: handle %llu revoked by the %s provider\n", dev->index,
 		reg->handle, dev->provider->name);
 	complete_all(&reg->revoked);

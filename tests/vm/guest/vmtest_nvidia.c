@@ -432,6 +432,8 @@ static int t_legacy_free_vs_vmsplice(char *detail, size_t len) {
       break;
     usleep(100000);
   }
+  /* The work item that freed the pages is returning: let it, before rmmod. */
+  usleep(100000);
   EXPECT(!info.regs_live && !info.pages_mapped, "regs_live %llu pages_mapped %llu",
          (unsigned long long)info.regs_live, (unsigned long long)info.pages_mapped);
   EXPECT(!emu_stats(&after) && after.pins_live == before.pins_live &&
