@@ -277,8 +277,9 @@ static void op_info(struct fz_thread *t) {
   info.abi_version = PHXFS_ABI_VERSION;
   info.argsz = sizeof(info);
   if (variant == 3) {
-    info.abi_version = (uint32_t)fz_rand(t) | 2;
-    want = EPROTO;
+    /* 0 is no version; any newer one is answered with the module's. */
+    info.abi_version = fz_below(t, 2) ? 0 : PHXFS_ABI_VERSION + 1 + (uint32_t)fz_below(t, 1000);
+    want = info.abi_version ? 0 : EPROTO;
   } else if (variant == 4) {
     info.argsz = (uint32_t)fz_below(t, sizeof(info));
     want = EINVAL;
@@ -301,6 +302,9 @@ static void op_info(struct fz_thread *t) {
     const struct fz_device *d = &cfg->dev[dev];
     uint64_t pages = d->bar_size / d->page_size;
 
+    if (info.abi_version != PHXFS_ABI_VERSION || !(info.features & PHXFS_FEATURE_ABI_RANGE))
+      fz_fail(t, "GET_INFO dev%u: abi_version %u features %#llx", d->index, info.abi_version,
+              (unsigned long long)info.features);
     if (info.device_index != d->index || info.bar_size != d->bar_size ||
         info.page_size != d->page_size || info.provider != PHXFS_PROVIDER_PCIBAR)
       fz_fail(t, "GET_INFO dev%u: index %u bar %llu page %u provider %u", d->index,

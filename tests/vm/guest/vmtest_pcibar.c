@@ -280,7 +280,7 @@ static int t_bad_input(char *detail, size_t len) {
   EXPECT(!bar_alloc(0, 64 * KiB, &scratch), "BAR space");
 
   memset(&info, 0, sizeof(info));
-  info.abi_version = PHXFS_ABI_VERSION + 1;
+  info.abi_version = 0; /* a newer one is answered: pcibar/info_newer_abi */
   info.argsz = sizeof(info);
   EXPECT(ioctl(fd, PHXFS_IOC_GET_INFO, &info) && errno == EPROTO, "wrong ABI: errno %d", errno);
   info.abi_version = PHXFS_ABI_VERSION;
@@ -969,6 +969,41 @@ static int t_deregister_wait_sleeps(char *detail, size_t len) {
   return 0;
 }
 
+/*
+ * GET_INFO answers user space built against a newer ABI with the version
+ * the module speaks and its features, instead of EPROTO; the other ioctls
+ * still refuse versions the module does not know.
+ */
+static int t_info_newer_abi(char *detail, size_t len) {
+  struct phxfs_info info;
+  struct phxfs_register r;
+  int fd = phx_open_dev(0), ret;
+
+  EXPECT(fd >= 0, "open: %s", strerror(errno));
+  memset(&info, 0, sizeof(info));
+  info.abi_version = PHXFS_ABI_VERSION + 7;
+  info.argsz = sizeof(info);
+  ret = ioctl(fd, PHXFS_IOC_GET_INFO, &info) ? errno : 0;
+  EXPECT(!ret, "GET_INFO with abi_version %u: %s", PHXFS_ABI_VERSION + 7, strerror(ret));
+  EXPECT(info.abi_version == PHXFS_ABI_VERSION && info.argsz == sizeof(info),
+         "GET_INFO reported abi_version %u argsz %u", info.abi_version, info.argsz);
+  EXPECT(info.features & PHXFS_FEATURE_ABI_RANGE, "features %#llx",
+         (unsigned long long)info.features);
+  info.abi_version = 0;
+  ret = ioctl(fd, PHXFS_IOC_GET_INFO, &info) ? errno : 0;
+  EXPECT(ret == EPROTO, "GET_INFO with abi_version 0: %s", ret ? strerror(ret) : "succeeded");
+  memset(&r, 0, sizeof(r));
+  r.abi_version = PHXFS_ABI_VERSION + 1;
+  r.argsz = sizeof(r);
+  r.length = 4096;
+  ret = ioctl(fd, PHXFS_IOC_REGISTER, &r) ? errno : 0;
+  EXPECT(ret == EPROTO, "REGISTER with a newer abi_version: %s", ret ? strerror(ret) : "succeeded");
+  close(fd);
+  snprintf(detail, len, "newer caller learns ABI %u, features %#llx; REGISTER of it is EPROTO",
+           PHXFS_ABI_VERSION, (unsigned long long)info.features);
+  return 0;
+}
+
 int vmtest_pcibar(void) {
   int raw;
 
@@ -987,6 +1022,7 @@ int vmtest_pcibar(void) {
   write_next = disk_size / 2;
 
   vm_run("pcibar/info", t_info);
+  vm_run("pcibar/info_newer_abi", t_info_newer_abi);
   vm_run("pcibar/bad_input", t_bad_input);
   vm_run("pcibar/rw_4k", t_rw_4k);
   vm_run("pcibar/rw_8k", t_rw_8k);
