@@ -129,6 +129,15 @@ struct phxfs_reg {
 	unsigned long idle_upto;
 	/* Finishes a teardown whose waiter was killed. */
 	struct work_struct finish;
+	/* Releases the claim of pages still referenced after a revocation. */
+	struct work_struct unclaim;
+	/* Revoked with pages still referenced: live until unclaim has run. */
+	bool quarantined;
+	/*
+	 * The process that made the registration (mmgrab'd, compared only):
+	 * only it may map or deregister it, not a child sharing the file.
+	 */
+	struct mm_struct *owner_mm;
 };
 
 /* phxfs_bar.c */
@@ -139,12 +148,16 @@ struct page *phxfs_bar_page(const struct phxfs_dev *dev, phys_addr_t phys);
 /* phxfs_reg.c */
 int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 		     struct phxfs_reg **out);
+void phxfs_reg_publish(struct phxfs_file *pf, struct phxfs_reg *reg);
+void phxfs_reg_abandon(struct phxfs_file *pf, struct phxfs_reg *reg);
 void phxfs_reg_teardown(struct phxfs_reg *reg);
-bool phxfs_reg_revoke_begin(struct phxfs_reg *reg);
+bool phxfs_reg_revoke_begin(struct phxfs_reg *reg, unsigned long timeout);
 void phxfs_reg_revoke_end(struct phxfs_reg *reg);
-void phxfs_reg_revoke_lost(struct phxfs_reg *reg);
+void phxfs_reg_revoke_lost(struct phxfs_reg *reg, unsigned long timeout);
 void phxfs_reg_put(struct phxfs_reg *reg);
 int phxfs_reg_mmap(struct phxfs_reg *reg, struct vm_area_struct *vma);
+int phxfs_reg_module_init(void);
+void phxfs_reg_module_exit(void);
 
 /* phxfs_file.c */
 extern const struct file_operations phxfs_fops;

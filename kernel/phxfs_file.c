@@ -58,9 +58,12 @@ static int phxfs_release(struct inode *inode, struct file *file)
 /*
  * Copies a versioned argument in; every struct starts with abi_version and
  * argsz.  The ioctl number already encodes our struct size, so argsz only
- * has to be at least that.
+ * has to be at least that.  @newest is the highest abi_version accepted:
+ * PHXFS_ABI_VERSION, or U32_MAX for GET_INFO, which must answer newer user
+ * space with the version the module speaks.
  */
-static int phxfs_copy_args(void *karg, const void __user *uarg, size_t size)
+static int phxfs_copy_args(void *karg, const void __user *uarg, size_t size,
+			   u32 newest)
 {
 	const struct {
 		__u32 abi_version;
@@ -69,7 +72,8 @@ static int phxfs_copy_args(void *karg, const void __user *uarg, size_t size)
 
 	if (copy_from_user(karg, uarg, size))
 		return -EFAULT;
-	if (hdr->abi_version != PHXFS_ABI_VERSION)
+	if (hdr->abi_version < PHXFS_ABI_VERSION_MIN ||
+	    hdr->abi_version > newest)
 		return -EPROTO;
 	if (hdr->argsz < size)
 		return -EINVAL;
@@ -92,7 +96,7 @@ static long phxfs_ioctl_info(struct phxfs_file *pf, void __user *uarg)
 	struct phxfs_info info;
 	int ret;
 
-	ret = phxfs_copy_args(&info, uarg, sizeof(info));
+	ret = phxfs_copy_args(&info, uarg, sizeof(info), U32_MAX);
 	if (ret)
 		return ret;
 	memset(&info, 0, sizeof(info));
@@ -111,18 +115,29 @@ static long phxfs_ioctl_info(struct phxfs_file *pf, void __user *uarg)
 	info.pages_mapped = atomic64_read(&dev->stats.pages_mapped);
 	info.revocations = atomic64_read(&dev->stats.revocations);
 	info.errors = atomic64_read(&dev->stats.errors);
+	info.features = PHXFS_FEATURE_ABI_RANGE | PHXFS_FEATURE_OWNER_PROCESS |
+			PHXFS_FEATURE_REGISTER_ACCESS |
+			PHXFS_FEATURE_BOUNDED_REVOKE;
 	if (copy_to_user(uarg, &info, sizeof(info)))
 		return -EFAULT;
 	return 0;
 }
 
-static long phxfs_ioctl_register(struct phxfs_file *pf, void __user *uarg)
+static long phxfs_ioctl_register(struct file *file, void __user *uarg)
 {
+	struct phxfs_file *pf = file->private_data;
 	struct phxfs_register args;
 	struct phxfs_reg *reg;
 	int ret;
 
-	ret = phxfs_copy_args(&args, uarg, sizeof(args));
+	/*
+	 * A registration claims device pages (others get EBUSY on them) and
+	 * only a read-write open can map it, so a read-only open, which may
+	 * have been handed out as "look but do not touch", cannot pin.
+	 */
+	if (!(file->f_mode & FMODE_WRITE))
+		return -EBADF;
+	ret = phxfs_copy_args(&args, uarg, sizeof(args), PHXFS_ABI_VERSION);
 	if (ret)
 		return ret;
 	/* handle and mmap_offset are outputs: whatever they hold is ignored. */
@@ -138,12 +153,10 @@ static long phxfs_ioctl_register(struct phxfs_file *pf, void __user *uarg)
 	args.mmap_offset = reg->handle << PAGE_SHIFT;
 	if (copy_to_user(uarg, &args, sizeof(args))) {
 		/* The caller cannot learn the handle: undo. */
-		mutex_lock(&pf->lock);
-		xa_erase(&pf->regs, (unsigned long)reg->handle);
-		mutex_unlock(&pf->lock);
-		phxfs_reg_teardown(reg);
+		phxfs_reg_abandon(pf, reg);
 		return -EFAULT;
 	}
+	phxfs_reg_publish(pf, reg);
 	return 0;
 }
 
@@ -153,7 +166,7 @@ static long phxfs_ioctl_deregister(struct phxfs_file *pf, void __user *uarg)
 	struct phxfs_reg *reg;
 	int ret;
 
-	ret = phxfs_copy_args(&args, uarg, sizeof(args));
+	ret = phxfs_copy_args(&args, uarg, sizeof(args), PHXFS_ABI_VERSION);
 	if (ret)
 		return ret;
 	if (!phxfs_all_zero(args.reserved, ARRAY_SIZE(args.reserved)))
@@ -162,10 +175,19 @@ static long phxfs_ioctl_deregister(struct phxfs_file *pf, void __user *uarg)
 		return -ENOENT;
 
 	mutex_lock(&pf->lock);
-	reg = xa_erase(&pf->regs, (unsigned long)args.handle);
+	/* A slot still reserved by a REGISTER in progress loads as NULL. */
+	reg = xa_load(&pf->regs, (unsigned long)args.handle);
+	if (!reg) {
+		ret = -ENOENT;
+	} else if (reg->owner_mm != current->mm) {
+		/* Another process sharing the file (a forked child). */
+		ret = -EACCES;
+	} else {
+		xa_erase(&pf->regs, (unsigned long)args.handle);
+	}
 	mutex_unlock(&pf->lock);
-	if (!reg)
-		return -ENOENT;
+	if (ret)
+		return ret;
 	phxfs_reg_teardown(reg);
 	return 0;
 }
@@ -180,7 +202,7 @@ static long phxfs_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	case PHXFS_IOC_GET_INFO:
 		return phxfs_ioctl_info(pf, uarg);
 	case PHXFS_IOC_REGISTER:
-		ret = phxfs_ioctl_register(pf, uarg);
+		ret = phxfs_ioctl_register(file, uarg);
 		break;
 	case PHXFS_IOC_DEREGISTER:
 		ret = phxfs_ioctl_deregister(pf, uarg);

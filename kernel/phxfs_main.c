@@ -342,9 +342,14 @@ static int __init phxfs_init(void)
 	unsigned int count = 0, i;
 	int ret;
 
+	ret = phxfs_reg_module_init();
+	if (ret)
+		return ret;
 	cands = kcalloc(PHXFS_MAX_DEVICES, sizeof(*cands), GFP_KERNEL);
-	if (!cands)
-		return -ENOMEM;
+	if (!cands) {
+		ret = -ENOMEM;
+		goto out_reg;
+	}
 	ret = phxfs_collect(cands, &count);
 	if (ret)
 		goto out_cands;
@@ -391,11 +396,15 @@ out_cands:
 	for (i = 0; i < PHXFS_MAX_DEVICES; i++)
 		pci_dev_put(cands[i].pdev);
 	kfree(cands);
+out_reg:
+	phxfs_reg_module_exit();
 	return ret;
 }
 
 static void __exit phxfs_exit(void)
 {
+	/* First: a deferred teardown may still be returning from its work. */
+	phxfs_reg_module_exit();
 	cdev_del(&phxfs_cdev);
 	phxfs_destroy_all();
 	class_destroy(phxfs_class);

@@ -27,6 +27,13 @@
  * allocated again) can then be handed a table at the freed one's address,
  * and the late put_pages would unpin that new mapping.  phxfs_nv_put_lock
  * keeps phxfs's own get_pages out of that window.
+ *
+ * The callback waits for DMA in flight at most revoke_wait_ms: a page
+ * reference that outlives that was taken by user space (a vmsplice'd pipe,
+ * io_uring fixed buffers), and waiting for it would let user space hang
+ * cudaFree, an exiting process and every put_pages behind it.  The pages
+ * then stay claimed, so phxfs maps them to nobody, until they are idle;
+ * the driver may reuse the GPU memory meanwhile (docs/kernel.md).
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -46,6 +53,22 @@ static char *nv_api = "auto";
 module_param(nv_api, charp, 0444);
 MODULE_PARM_DESC(nv_api,
 		 "NVIDIA pinning API: auto (persistent when the driver has it), persistent, legacy");
+
+/*
+ * How long the legacy free callback waits for page references to drop.
+ * DMA in flight ends in milliseconds; a reference that outlives this was
+ * taken by user space for as long as it likes (vmsplice, io_uring fixed
+ * buffers), and the driver (cudaFree, process exit) must not hang on it.
+ */
+static uint revoke_wait_ms = 5000;
+module_param(revoke_wait_ms, uint, 0644);
+MODULE_PARM_DESC(revoke_wait_ms,
+		 "Longest wait of the legacy free callback for I/O on freed GPU memory, ms (default 5000)");
+
+static unsigned long phxfs_nv_revoke_wait(void)
+{
+	return max(1UL, msecs_to_jiffies(READ_ONCE(revoke_wait_ms)));
+}
 
 enum phxfs_nv_api { PHXFS_NV_AUTO, PHXFS_NV_PERSISTENT, PHXFS_NV_LEGACY };
 
@@ -125,7 +148,7 @@ static void phxfs_nv_free_lost(struct phxfs_reg *reg,
 {
 	struct nvidia_p2p_page_table *table;
 
-	phxfs_reg_revoke_lost(reg);
+	phxfs_reg_revoke_lost(reg, phxfs_nv_revoke_wait());
 	spin_lock(&pin->lock);
 	table = pin->table;
 	pin->freed_by_callback = true;
@@ -138,7 +161,7 @@ static void phxfs_nv_free_callback(void *data)
 	struct phxfs_reg *reg = data;
 	struct phxfs_nv_pin *pin = reg->pin;
 
-	if (!phxfs_reg_revoke_begin(reg)) {
+	if (!phxfs_reg_revoke_begin(reg, phxfs_nv_revoke_wait())) {
 		phxfs_nv_free_lost(reg, pin);
 		return;
 	}

@@ -4,12 +4,25 @@
  * (the rig's ivshmem device, FPGAs, an NVMe CMB).  A registration names a
  * byte range of the BAR; nothing needs pinning because the memory cannot
  * move or be freed while the module holds the BAR.
+ *
+ * Who may register: a plain BAR has no allocator that could say which
+ * bytes belong to whom, so any range is raw access to the device, like
+ * /dev/mem: it needs CAP_SYS_RAWIO, unless the administrator grants it to
+ * every read-write opener of the node with pcibar_open=1 (a single-user
+ * machine, or one whose node's group is trusted with the whole BAR).
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/capability.h>
 #include <linux/mm.h>
+#include <linux/module.h>
 
 #include "phxfs.h"
+
+static bool pcibar_open;
+module_param(pcibar_open, bool, 0644);
+MODULE_PARM_DESC(pcibar_open,
+		 "Let every read-write opener register pcibar ranges without CAP_SYS_RAWIO (default off)");
 
 static u32 phxfs_pcibar_page_size(const struct phxfs_dev *dev)
 {
@@ -26,6 +39,8 @@ static int phxfs_pcibar_pin(struct phxfs_reg *reg)
 	struct phxfs_dev *dev = reg->dev;
 	unsigned long i;
 
+	if (!READ_ONCE(pcibar_open) && !capable(CAP_SYS_RAWIO))
+		return -EPERM;
 	if (reg->device_addr >= dev->bar_size ||
 	    reg->length > dev->bar_size - reg->device_addr)
 		return -ERANGE;

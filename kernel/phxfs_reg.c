@@ -11,16 +11,28 @@
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
-#include <linux/delay.h>
 #include <linux/module.h>
 #include <linux/workqueue.h>
 #include <linux/jiffies.h>
 #include <linux/mm.h>
 #include <linux/sched.h>
+#include <linux/sched/mm.h>
 #include <linux/slab.h>
 
 #include "phxfs.h"
 #include "phxfs_compat.h"
+
+/*
+ * Teardowns that outlive their caller (a killed DEREGISTER, an exiting
+ * process) finish here.  phxfs_exit() destroys it, which waits for a work
+ * item that has just dropped its module reference to return.
+ */
+static struct workqueue_struct *phxfs_wq;
+
+static void phxfs_reg_unclaim_work(struct work_struct *work);
+
+/* Longest sleep between two looks at a busy page's refcount. */
+#define PHXFS_IDLE_POLL_MAX (HZ / 10)
 
 /* Pages a fault maps beyond the faulting one (2 MiB with 4 KiB pages). */
 #define PHXFS_INSERT_BATCH 512UL
@@ -29,6 +41,8 @@ static void phxfs_reg_free(struct kref *ref)
 {
 	struct phxfs_reg *reg = container_of(ref, struct phxfs_reg, ref);
 
+	if (reg->owner_mm)
+		mmdrop(reg->owner_mm);
 	kvfree(reg->pages);
 	kfree(reg);
 }
@@ -132,36 +146,74 @@ static void phxfs_reg_unclaim(struct phxfs_reg *reg)
 	wake_up_all(&dev->claim_wq);
 }
 
-/*
- * Waits until every page's refcount is back to idle, i.e. no GUP reference
- * (O_DIRECT or io_uring DMA in flight, an io_uring fixed buffer) is left.
- * Resumes from reg->idle_upto.  With @killable, returns -EINTR when the
- * caller is being killed (an exiting process, or a DEREGISTER caller who
- * gave up), leaving the rest to phxfs_reg_finish_work().
- */
-static int phxfs_reg_wait_idle(struct phxfs_reg *reg, bool killable)
+static bool phxfs_page_idle(struct page *page)
 {
-	unsigned long start = jiffies;
+	return page_ref_count(page) <= PHXFS_IDLE_PAGE_REFS;
+}
+
+/*
+ * Waits until pages [*@cursor, npages) are idle, i.e. no GUP reference
+ * (O_DIRECT or io_uring DMA in flight, an io_uring fixed buffer, a
+ * vmsplice'd pipe) is left, advancing *@cursor past each idle page.
+ *
+ * The kernel tells nobody when such a reference goes: put_page() calls the
+ * pgmap's page_free only when the count reaches zero, and a page phxfs
+ * claims idles at PHXFS_IDLE_PAGE_REFS, above zero.  So this re-checks the
+ * count on a timeout, sleeping on the device's claim_wq (woken when any
+ * registration lets its pages go, e.g. the teardown a provider revocation
+ * waits beside) one jiffy at first, doubling up to PHXFS_IDLE_POLL_MAX:
+ * DMA in flight usually ends within the first sleeps, and a reference held
+ * for long costs ten wake-ups a second, not thousands.
+ *
+ * Return: 0; -EINTR when @killable and the caller is being killed;
+ * -ETIMEDOUT when @timeout jiffies (0: no limit) have passed.
+ */
+static int phxfs_reg_wait_pages(struct phxfs_reg *reg, unsigned long *cursor,
+				bool killable, unsigned long timeout)
+{
+	wait_queue_head_t *wq = &reg->dev->claim_wq;
+	unsigned long start = jiffies, poll = 1;
 	bool told = false;
+	long left;
 
-	for (; reg->idle_upto < reg->npages; reg->idle_upto++) {
-		struct page *page = reg->pages[reg->idle_upto];
+	for (; *cursor < reg->npages; (*cursor)++) {
+		struct page *page = reg->pages[*cursor];
 
-		while (page_ref_count(page) > PHXFS_IDLE_PAGE_REFS) {
-			if (killable && fatal_signal_pending(current))
-				return -EINTR;
+		while (!phxfs_page_idle(page)) {
+			if (timeout && time_after(jiffies, start + timeout))
+				return -ETIMEDOUT;
 			if (!told && time_after(jiffies, start + 10 * HZ)) {
 				pr_info("dev%u: handle %llu: still waiting for I/O in flight on page %lu\n",
-					reg->dev->index, reg->handle,
-					reg->idle_upto);
+					reg->dev->index, reg->handle, *cursor);
 				told = true;
 			}
-			usleep_range(50, 200);
+			if (killable) {
+				left = wait_event_killable_timeout(
+					*wq, phxfs_page_idle(page), poll);
+				if (left < 0)
+					return -EINTR;
+			} else {
+				wait_event_timeout(*wq, phxfs_page_idle(page),
+						   poll);
+			}
+			poll = min_t(unsigned long, poll * 2,
+				     PHXFS_IDLE_POLL_MAX);
 		}
-		if (!(reg->idle_upto & 1023))
+		if (!(*cursor & 1023))
 			cond_resched();
 	}
 	return 0;
+}
+
+/*
+ * Waits for the teardown's pages, resuming from reg->idle_upto.  With
+ * @killable, returns -EINTR when the caller is being killed (an exiting
+ * process, or a DEREGISTER caller who gave up), leaving the rest to
+ * phxfs_reg_finish_work().
+ */
+static int phxfs_reg_wait_idle(struct phxfs_reg *reg, bool killable)
+{
+	return phxfs_reg_wait_pages(reg, &reg->idle_upto, killable, 0);
 }
 
 /*
@@ -201,22 +253,58 @@ static void phxfs_reg_finish_work(struct work_struct *work)
 
 	phxfs_reg_wait_idle(reg, false);
 	phxfs_reg_finish(reg);
-	/* Taken when the teardown was deferred: rmmod waits for us. */
+	/*
+	 * Taken when the teardown was deferred, so that rmmod fails with
+	 * EBUSY meanwhile instead of waiting on user space.  Once it is
+	 * dropped, phxfs_exit() may run: its destroy_workqueue() waits for
+	 * this function to return before the module's text goes away.
+	 */
 	module_put(THIS_MODULE);
 }
 
 /**
- * phxfs_reg_create() - pin a device range and add it to @pf's table.
+ * phxfs_reg_module_init() - set up what registrations need at load.
+ *
+ * Return: 0 or -ENOMEM.
+ */
+int phxfs_reg_module_init(void)
+{
+	phxfs_wq = alloc_workqueue("phxfs", WQ_UNBOUND, 0);
+	return phxfs_wq ? 0 : -ENOMEM;
+}
+
+/**
+ * phxfs_reg_module_exit() - wait for deferred teardowns at unload.
+ *
+ * Every queued teardown holds a module reference, so by now each has at
+ * most its return left to run; this waits for that.
+ */
+void phxfs_reg_module_exit(void)
+{
+	destroy_workqueue(phxfs_wq);
+}
+
+/**
+ * phxfs_reg_create() - pin a device range and reserve its slot in @pf's
+ * table, unpublished.
  * @pf:          open file.
  * @device_addr: provider address (GPU VA, or BAR offset).
  * @length:      bytes.
- * @out:         the new registration (the table holds the reference).
+ * @out:         the new registration, owned by the caller until it calls
+ *               phxfs_reg_publish() or phxfs_reg_abandon().
+ *
+ * The slot stays reserved but empty until the caller has copied the
+ * handle out: handles are predictable, and a published registration could
+ * be deregistered (and freed) by another thread sharing the file while
+ * the copy-out is still running.  Until then DEREGISTER of the handle
+ * gives -ENOENT and mmap of its offset -EINVAL.
  *
  * Return: 0; -EINVAL for a zero or misaligned range, -EOVERFLOW when it
  * wraps, -ERANGE when it lies outside the device, -EBUSY when another
  * registration holds some of its pages (one being torn down is waited for,
  * up to PHXFS_CLAIM_WAIT), -ERESTARTSYS when a signal ended that wait,
- * -ENOSPC when mmap offsets ran out, -ENOMEM, or the provider's -errno.
+ * -ENOSPC when mmap offsets ran out, -ENOMEM, or the provider's -errno
+ * (pcibar: -EPERM without CAP_SYS_RAWIO or a grant).
  */
 int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 		     struct phxfs_reg **out)
@@ -235,6 +323,9 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 	/* Every pinned page lies in the BAR, so no registration is larger. */
 	if (length > dev->bar_size)
 		return -ERANGE;
+	/* Only a process can own a registration (see phxfs_reg_mmap()). */
+	if (!current->mm)
+		return -EINVAL;
 
 	reg = kzalloc(sizeof(*reg), GFP_KERNEL_ACCOUNT);
 	if (!reg)
@@ -248,8 +339,11 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 	reg->device_addr = device_addr;
 	reg->length = length;
 	reg->npages = length >> PAGE_SHIFT;
+	reg->owner_mm = current->mm;
+	mmgrab(reg->owner_mm);
 	atomic_set(&reg->state, PHXFS_REG_GONE);
 	INIT_WORK(&reg->finish, phxfs_reg_finish_work);
+	INIT_WORK(&reg->unclaim, phxfs_reg_unclaim_work);
 	reg->pages = kvcalloc(reg->npages, sizeof(*reg->pages),
 			      GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
 	if (!reg->pages) {
@@ -286,7 +380,7 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 	atomic_set(&reg->state, PHXFS_REG_PINNED);
 
 	mutex_lock(&pf->lock);
-	ret = xa_insert(&pf->regs, (unsigned long)pgoff, reg, GFP_KERNEL);
+	ret = xa_reserve(&pf->regs, (unsigned long)pgoff, GFP_KERNEL);
 	mutex_unlock(&pf->lock);
 	if (ret)
 		goto err_unclaim;
@@ -306,6 +400,37 @@ err_unpin:
 err_free:
 	phxfs_reg_put(reg);
 	return ret;
+}
+
+/**
+ * phxfs_reg_publish() - enter a registration made by phxfs_reg_create()
+ * into its reserved table slot, once its handle reached user space.
+ * @pf:  open file.
+ * @reg: registration; the table takes over the caller's reference.
+ */
+void phxfs_reg_publish(struct phxfs_file *pf, struct phxfs_reg *reg)
+{
+	void *old;
+
+	mutex_lock(&pf->lock);
+	/* The slot is reserved, so this allocates nothing and cannot fail. */
+	old = xa_store(&pf->regs, (unsigned long)reg->handle, reg, GFP_KERNEL);
+	mutex_unlock(&pf->lock);
+	WARN_ON_ONCE(xa_is_err(old) || old);
+}
+
+/**
+ * phxfs_reg_abandon() - undo phxfs_reg_create() when the handle could not
+ * be copied out; nobody else can have reached the registration.
+ * @pf:  open file.
+ * @reg: registration; the caller's reference is dropped.
+ */
+void phxfs_reg_abandon(struct phxfs_file *pf, struct phxfs_reg *reg)
+{
+	mutex_lock(&pf->lock);
+	xa_release(&pf->regs, (unsigned long)reg->handle);
+	mutex_unlock(&pf->lock);
+	phxfs_reg_teardown(reg);
 }
 
 /**
@@ -329,24 +454,50 @@ void phxfs_reg_teardown(struct phxfs_reg *reg)
 	phxfs_reg_zap(reg);
 	if (phxfs_reg_wait_idle(reg, true)) {
 		__module_get(THIS_MODULE);
-		queue_work(system_long_wq, &reg->finish);
+		queue_work(phxfs_wq, &reg->finish);
 		return;
 	}
 	phxfs_reg_finish(reg);
 }
 
+/*
+ * A provider revocation gave up waiting for references user space holds:
+ * keep the pages claimed, so that phxfs maps them to nobody else, until
+ * the last reference is gone.
+ */
+static void phxfs_reg_unclaim_work(struct work_struct *work)
+{
+	struct phxfs_reg *reg = container_of(work, struct phxfs_reg, unclaim);
+	struct phxfs_dev *dev = reg->dev;
+
+	phxfs_reg_wait_idle(reg, false);
+	phxfs_reg_unclaim(reg);
+	pr_info("dev%u: handle %llu: the pages held past its revocation are free\n",
+		dev->index, reg->handle);
+	phxfs_reg_put(reg);
+	/* Counted live until now: regs_live 0 means nothing is held. */
+	atomic64_dec(&dev->stats.regs_live);
+	/* As in phxfs_reg_finish_work(). */
+	module_put(THIS_MODULE);
+}
+
 /**
  * phxfs_reg_revoke_begin() - start a provider-initiated revocation.
- * @reg: registration whose memory the provider is taking back.
+ * @reg:     registration whose memory the provider is taking back.
+ * @timeout: jiffies to wait for page references to drop.
  *
- * Zaps the user mapping and waits for DMA in flight (not killable: the
- * provider frees the memory as soon as we return).  The caller releases its
- * own resources and then calls phxfs_reg_revoke_end().
+ * Zaps the user mapping and waits, at most @timeout, for DMA in flight
+ * (not killable: the provider frees the memory as soon as we return).
+ * References that outlive the wait were taken by user space for as long
+ * as it likes (a vmsplice'd pipe, io_uring fixed buffers): the provider
+ * must not hang on them, so the revocation goes on, the pages stay
+ * claimed until they are idle, and the log says so.  The caller releases
+ * its own resources and then calls phxfs_reg_revoke_end().
  *
  * Return: false if DEREGISTER/release already owns the teardown; the caller
  * must then leave the pin to it.
  */
-bool phxfs_reg_revoke_begin(struct phxfs_reg *reg)
+bool phxfs_reg_revoke_begin(struct phxfs_reg *reg, unsigned long timeout)
 {
 	/* Let a registration still being created get published (or fail). */
 	mutex_lock(&reg->create_lock);
@@ -355,7 +506,17 @@ bool phxfs_reg_revoke_begin(struct phxfs_reg *reg)
 			   PHXFS_REG_REVOKING) != PHXFS_REG_PINNED)
 		return false;
 	phxfs_reg_zap(reg);
-	phxfs_reg_wait_idle(reg, false);
+	if (phxfs_reg_wait_pages(reg, &reg->idle_upto, false, timeout)) {
+		atomic64_inc(&reg->dev->stats.errors);
+		pr_warn("dev%u: handle %llu: page %lu still referenced %u ms after its memory was freed (vmsplice, io_uring fixed buffer?); kept from reuse until released\n",
+			reg->dev->index, reg->handle, reg->idle_upto,
+			jiffies_to_msecs(timeout));
+		reg->quarantined = true;
+		kref_get(&reg->ref);
+		__module_get(THIS_MODULE);
+		queue_work(phxfs_wq, &reg->unclaim);
+		return true;
+	}
 	phxfs_reg_unclaim(reg);
 	return true;
 }
@@ -365,24 +526,26 @@ bool phxfs_reg_revoke_begin(struct phxfs_reg *reg)
  * release already tearing @reg down (phxfs_reg_revoke_begin() returned
  * false): make sure no DMA can reach the pages once this returns, since
  * the provider frees the memory then, and leave the teardown to its owner.
- * @reg: registration; the teardown's reference keeps it alive.
+ * @reg:     registration; the teardown's reference keeps it alive.
+ * @timeout: jiffies to wait at most, as in phxfs_reg_revoke_begin(); the
+ *           teardown keeps the pages claimed until they are idle.
  *
  * Does not use the teardown's resumable idle cursor: both may wait at once.
  */
-void phxfs_reg_revoke_lost(struct phxfs_reg *reg)
+void phxfs_reg_revoke_lost(struct phxfs_reg *reg, unsigned long timeout)
 {
-	unsigned long i;
+	unsigned long i = 0;
 
 	/* Never published (a create that failed): no mapping, no DMA. */
 	if (atomic_read(&reg->state) != PHXFS_REG_RELEASING)
 		return;
 	/* The teardown may not have zapped yet; a second zap is harmless. */
 	phxfs_reg_zap(reg);
-	for (i = 0; i < reg->npages; i++) {
-		while (page_ref_count(reg->pages[i]) > PHXFS_IDLE_PAGE_REFS)
-			usleep_range(50, 200);
-		if (!(i & 1023))
-			cond_resched();
+	if (phxfs_reg_wait_pages(reg, &i, false, timeout)) {
+		atomic64_inc(&reg->dev->stats.errors);
+		pr_warn("dev%u: handle %llu: page %lu still referenced %u ms after its memory was freed; its teardown keeps it from reuse\n",
+			reg->dev->index, reg->handle, i,
+			jiffies_to_msecs(timeout));
 	}
 }
 
@@ -397,7 +560,8 @@ void phxfs_reg_revoke_end(struct phxfs_reg *reg)
 
 	atomic_set(&reg->state, PHXFS_REG_GONE);
 	atomic64_inc(&dev->stats.revocations);
-	atomic64_dec(&dev->stats.regs_live);
+	if (!reg->quarantined)
+		atomic64_dec(&dev->stats.regs_live);
 	pr_info("dev%u: handle %llu revoked by the %s provider\n", dev->index,
 		reg->handle, dev->provider->name);
 	complete_all(&reg->revoked);
@@ -533,15 +697,24 @@ static const struct vm_operations_struct phxfs_vm_ops = {
  * The pages themselves are inserted by the fault handler (see
  * phxfs_vm_fault() for why not here).
  *
- * Return: 0; -EINVAL when the VMA is not shared or its size differs from
- * the registration; -EPERM for executable mappings; -EBUSY when the
- * registration is already mapped; -ENXIO when it was revoked.
+ * Return: 0; -EACCES when @vma's process is not the one that registered
+ * (a forked child mapping through the inherited file); -EINVAL when the
+ * VMA is not shared or its size differs from the registration; -EPERM for
+ * executable mappings; -EBUSY when the registration is already mapped;
+ * -ENXIO when it was revoked.
  */
 int phxfs_reg_mmap(struct phxfs_reg *reg, struct vm_area_struct *vma)
 {
 	unsigned long size = vma->vm_end - vma->vm_start;
 	int ret = 0;
 
+	/*
+	 * The registration's device memory and its one mapping slot belong
+	 * to the process that made it.  A child sharing the file must not
+	 * read it nor take the slot once the parent has unmapped it.
+	 */
+	if (vma->vm_mm != reg->owner_mm)
+		return -EACCES;
 	if (size != reg->npages << PAGE_SHIFT || !(vma->vm_flags & VM_SHARED))
 		return -EINVAL;
 	if (vma->vm_flags & VM_EXEC)

@@ -126,6 +126,16 @@ DriverFactory &factory() {
   return instance;
 }
 
+// Whether this library can talk to a module that reports `module_abi` in
+// GET_INFO: it sends PHXFS_ABI_VERSION, which every module from that
+// version on accepts.
+[[nodiscard]] constexpr bool module_abi_compatible(std::uint32_t module_abi) noexcept {
+  return module_abi >= PHXFS_ABI_VERSION;
+}
+static_assert(module_abi_compatible(PHXFS_ABI_VERSION) &&
+              module_abi_compatible(PHXFS_ABI_VERSION + 1) &&
+              !module_abi_compatible(PHXFS_ABI_VERSION - 1));
+
 }  // namespace
 
 std::string device_node_path(int device_id) {
@@ -144,9 +154,13 @@ std::shared_ptr<DeviceDriver> open_phxfs_driver(int device_id) {
   }
   auto driver = std::make_shared<PhxfsDriver>(fd, path);
   const ModuleDeviceInfo info = driver->info();
-  if (info.abi_version != PHXFS_ABI_VERSION) {
+  // GET_INFO reports the module's own version.  A newer module keeps
+  // serving callers of older versions (uapi header), so only an older one
+  // is refused.  Modules before the ABI range answered ours exactly.
+  if (!module_abi_compatible(info.abi_version)) {
     throw_errno(EPROTO, path + ": module speaks phxfs ABI " + std::to_string(info.abi_version) +
-                            ", this library " + std::to_string(PHXFS_ABI_VERSION));
+                            ", this library needs " + std::to_string(PHXFS_ABI_VERSION) +
+                            " or newer");
   }
   return driver;
 }

@@ -25,11 +25,20 @@
 #include <linux/types.h>
 
 /*
- * Bumped on any incompatible change.  The module refuses every ioctl whose
- * abi_version differs (-EPROTO); argsz smaller than the struct it knows is
- * -EINVAL.
+ * ABI versions.  Bumped on any change that older callers could not follow.
+ * The module answers PHXFS_IOC_GET_INFO for any abi_version from
+ * PHXFS_ABI_VERSION_MIN up (so that newer user space can learn which
+ * version the module speaks, and its PHXFS_FEATURE_* bits, instead of just
+ * failing), and reports its own PHXFS_ABI_VERSION there.  Every other ioctl
+ * takes abi_version from PHXFS_ABI_VERSION_MIN to the module's version:
+ * a newer module keeps serving older callers.  Anything else is -EPROTO;
+ * argsz smaller than the struct the module knows is -EINVAL.
+ *
+ * Modules before the features field (PHXFS_FEATURE_ABI_RANGE clear)
+ * accepted abi_version == 1 only, for GET_INFO too.
  */
 #define PHXFS_ABI_VERSION 1U
+#define PHXFS_ABI_VERSION_MIN 1U
 
 /* Device nodes are /dev/phxfs_dev0 ... /dev/phxfs_dev<PHXFS_MAX_DEVICES - 1>. */
 #define PHXFS_DEVICE_PREFIX "/dev/phxfs_dev"
@@ -58,10 +67,22 @@
  */
 #define PHXFS_INFO_PROVIDER_MISSING (1U << 2)
 
+/* Bits of phxfs_info.features: behaviour a caller may rely on. */
+/* GET_INFO answers any abi_version >= PHXFS_ABI_VERSION_MIN (see above). */
+#define PHXFS_FEATURE_ABI_RANGE (1ULL << 0)
+/* mmap and DEREGISTER only from the process that registered (EACCES). */
+#define PHXFS_FEATURE_OWNER_PROCESS (1ULL << 1)
+/* REGISTER needs a read-write open (EBADF); pcibar ranges CAP_SYS_RAWIO. */
+#define PHXFS_FEATURE_REGISTER_ACCESS (1ULL << 2)
+/* A provider revocation (legacy free callback) waits a bounded time. */
+#define PHXFS_FEATURE_BOUNDED_REVOKE (1ULL << 3)
+
 /**
  * struct phxfs_info - PHXFS_IOC_GET_INFO argument.
- * @abi_version:  in: PHXFS_ABI_VERSION.
- * @argsz:        in: sizeof(struct phxfs_info) as the caller knows it.
+ * @abi_version:  in: the caller's PHXFS_ABI_VERSION (any version from
+ *                PHXFS_ABI_VERSION_MIN up); out: the module's.
+ * @argsz:        in: sizeof(struct phxfs_info) as the caller knows it;
+ *                out: as the module knows it.
  * @device_index: out: N of /dev/phxfs_devN.
  * @provider:     out: PHXFS_PROVIDER_*.
  * @pci_domain:   out: PCI domain of the device.
@@ -75,7 +96,9 @@
  * @pages_mapped: out: device pages currently inserted into user mappings.
  * @revocations:  out: registrations revoked by the provider (e.g. cudaFree).
  * @errors:       out: ioctls that failed validation or pinning.
- * @reserved:     must be zero.
+ * @features:     out: PHXFS_FEATURE_* bits of the module (0 from modules
+ *                older than the field, where it was reserved).
+ * @reserved:     zero on output.
  */
 struct phxfs_info {
 	__u32 abi_version;
@@ -92,12 +115,14 @@ struct phxfs_info {
 	__u64 pages_mapped;
 	__u64 revocations;
 	__u64 errors;
-	__u64 reserved[4];
+	__u64 features;
+	__u64 reserved[3];
 };
 
 /**
  * struct phxfs_register - PHXFS_IOC_REGISTER argument.
- * @abi_version: in: PHXFS_ABI_VERSION.
+ * @abi_version: in: PHXFS_ABI_VERSION (PHXFS_ABI_VERSION_MIN up to the
+ *               module's version).
  * @argsz:       in: sizeof(struct phxfs_register).
  * @flags:       in: must be zero.
  * @pad:         must be zero.
@@ -122,6 +147,38 @@ struct phxfs_register {
 	__u64 reserved[2];
 };
 
+/*
+ * Errors (ioctl returns -1 and sets errno):
+ *  EPROTO     abi_version outside the range the module accepts (see
+ *             PHXFS_ABI_VERSION);
+ *  EINVAL     argsz too small, a reserved/pad/flags field is non-zero, or a
+ *             range is empty or not a multiple of phxfs_info.page_size;
+ *  EOVERFLOW  device_addr + length wraps;
+ *  ERANGE     the range lies (partly) outside the device memory;
+ *  EBUSY      another registration holds some of the same pages (one
+ *             being torn down, e.g. DEREGISTER waiting for DMA in flight,
+ *             is first waited for, up to one second);
+ *  EINTR      a signal ended that wait;
+ *  EBADF      REGISTER on a file not opened for writing (O_RDONLY);
+ *  EPERM      REGISTER on a PCI BAR device (PHXFS_PROVIDER_PCIBAR) without
+ *             CAP_SYS_RAWIO, unless the module's pcibar_open parameter is set;
+ *  ENOENT     DEREGISTER of a handle this open file does not hold;
+ *  EACCES     DEREGISTER from a process other than the one that registered
+ *             (a forked child sharing the file);
+ *  ENODEV     the provider's driver is not loaded (PHXFS_INFO_PROVIDER_MISSING);
+ *  EOPNOTSUPP, EIO, ENOMEM  from the provider (e.g. NVIDIA refuses memory
+ *             that is not cudaMalloc'd device memory: EINVAL);
+ *  ENOTTY     unknown ioctl number.
+ * mmap(fd, length, PROT_READ|PROT_WRITE, MAP_SHARED, mmap_offset):
+ *  EINVAL     unknown offset, length differs from the registration, or
+ *             MAP_PRIVATE; EPERM  PROT_EXEC; EBUSY  already mapped;
+ *  EACCES     the calling process did not make the registration;
+ *  ENXIO      the provider revoked the registration.
+ * After a revocation (DEREGISTER from another thread, cudaFree) the range
+ * stays reserved but unbacked: touching it raises SIGBUS and I/O on it fails
+ * with EFAULT.
+ */
+
 /**
  * struct phxfs_deregister - PHXFS_IOC_DEREGISTER argument.
  * @abi_version: in: PHXFS_ABI_VERSION.
@@ -131,31 +188,6 @@ struct phxfs_register {
  *
  * Revokes any remaining user mapping of the registration, waits for DMA in
  * flight on its pages to finish, then unpins.
- */
-
-/*
- * Errors (ioctl returns -1 and sets errno):
- *  EPROTO     abi_version differs from PHXFS_ABI_VERSION;
- *  EINVAL     argsz too small, a reserved/pad/flags field is non-zero, or a
- *             range is empty or not a multiple of phxfs_info.page_size;
- *  EOVERFLOW  device_addr + length wraps;
- *  ERANGE     the range lies (partly) outside the device memory;
- *  EBUSY      another registration holds some of the same pages (one
- *             being torn down, e.g. DEREGISTER waiting for DMA in flight,
- *             is first waited for, up to one second);
- *  EINTR      a signal ended that wait;
- *  ENOENT     DEREGISTER of a handle this open file does not hold;
- *  ENODEV     the provider's driver is not loaded (PHXFS_INFO_PROVIDER_MISSING);
- *  EOPNOTSUPP, EIO, ENOMEM  from the provider (e.g. NVIDIA refuses memory
- *             that is not cudaMalloc'd device memory: EINVAL);
- *  ENOTTY     unknown ioctl number.
- * mmap(fd, length, PROT_READ|PROT_WRITE, MAP_SHARED, mmap_offset):
- *  EINVAL     unknown offset, length differs from the registration, or
- *             MAP_PRIVATE; EPERM  PROT_EXEC; EBUSY  already mapped;
- *  ENXIO      the provider revoked the registration.
- * After a revocation (DEREGISTER from another thread, cudaFree) the range
- * stays reserved but unbacked: touching it raises SIGBUS and I/O on it fails
- * with EFAULT.
  */
 struct phxfs_deregister {
 	__u32 abi_version;

@@ -34,7 +34,8 @@ static_assert(offsetof(phxfs_info, regs_total) == 48);
 static_assert(offsetof(phxfs_info, pages_mapped) == 56);
 static_assert(offsetof(phxfs_info, revocations) == 64);
 static_assert(offsetof(phxfs_info, errors) == 72);
-static_assert(offsetof(phxfs_info, reserved) == 80);
+static_assert(offsetof(phxfs_info, features) == 80);
+static_assert(offsetof(phxfs_info, reserved) == 88);
 
 static_assert(sizeof(phxfs_register) == 64);
 static_assert(offsetof(phxfs_register, abi_version) == 0);
@@ -77,6 +78,7 @@ TEST(UapiLayout, IoctlNumbersEncodeDirectionSizeAndType) {
 
 TEST(UapiLayout, AbiVersionAndLimits) {
   EXPECT_EQ(PHXFS_ABI_VERSION, 1U);
+  EXPECT_LE(PHXFS_ABI_VERSION_MIN, PHXFS_ABI_VERSION);
   EXPECT_GE(PHXFS_MAX_DEVICES, 8U);
   EXPECT_STREQ(PHXFS_DEVICE_PREFIX, "/dev/phxfs_dev");
 }

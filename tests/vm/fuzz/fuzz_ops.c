@@ -277,8 +277,9 @@ static void op_info(struct fz_thread *t) {
   info.abi_version = PHXFS_ABI_VERSION;
   info.argsz = sizeof(info);
   if (variant == 3) {
-    info.abi_version = (uint32_t)fz_rand(t) | 2;
-    want = EPROTO;
+    /* 0 is no version; any newer one is answered with the module's. */
+    info.abi_version = fz_below(t, 2) ? 0 : PHXFS_ABI_VERSION + 1 + (uint32_t)fz_below(t, 1000);
+    want = info.abi_version ? 0 : EPROTO;
   } else if (variant == 4) {
     info.argsz = (uint32_t)fz_below(t, sizeof(info));
     want = EINVAL;
@@ -301,6 +302,9 @@ static void op_info(struct fz_thread *t) {
     const struct fz_device *d = &cfg->dev[dev];
     uint64_t pages = d->bar_size / d->page_size;
 
+    if (info.abi_version != PHXFS_ABI_VERSION || !(info.features & PHXFS_FEATURE_ABI_RANGE))
+      fz_fail(t, "GET_INFO dev%u: abi_version %u features %#llx", d->index, info.abi_version,
+              (unsigned long long)info.features);
     if (info.device_index != d->index || info.bar_size != d->bar_size ||
         info.page_size != d->page_size || info.provider != PHXFS_PROVIDER_PCIBAR)
       fz_fail(t, "GET_INFO dev%u: index %u bar %llu page %u provider %u", d->index,
@@ -413,6 +417,7 @@ static void op_register(struct fz_thread *t) {
   uint64_t npages, slots;
   uint32_t gen;
   int f, fd, got;
+  bool rdonly;
 
   LOCK(t);
   f = pick_file(t);
@@ -422,6 +427,7 @@ static void op_register(struct fz_thread *t) {
   }
   fd = t->proc->files[f].fd;
   gen = t->proc->files[f].gen;
+  rdonly = t->proc->files[f].rdonly;
   d = &cfg->dev[t->proc->files[f].dev];
   UNLOCK(t);
   npages = pick_pages(t, d);
@@ -437,7 +443,11 @@ static void op_register(struct fz_thread *t) {
   fz_trace_result(t, got ? -got : (long)r.handle);
   if (!file_same(t, f, gen))
     return;
-  fz_expect(t, got, 0, EBUSY, "REGISTER of a valid range");
+  /* A read-only open cannot pin pages (docs/security.md). */
+  if (rdonly)
+    fz_expect(t, got, EBADF, FZ_ANY, "REGISTER on a read-only open");
+  else
+    fz_expect(t, got, 0, EBUSY, "REGISTER of a valid range");
   if (!got) {
     if (r.mmap_offset != r.handle << 12)
       fz_fail(t, "REGISTER: mmap_offset %#llx for handle %#llx", (unsigned long long)r.mmap_offset,
@@ -455,6 +465,7 @@ static void op_register_bad(struct fz_thread *t) {
   uint32_t gen;
   int f, fd, got, want = 0, alt = FZ_ANY;
   void *ro = NULL;
+  bool rdonly;
 
   LOCK(t);
   f = pick_file(t);
@@ -464,6 +475,7 @@ static void op_register_bad(struct fz_thread *t) {
   }
   fd = t->proc->files[f].fd;
   gen = t->proc->files[f].gen;
+  rdonly = t->proc->files[f].rdonly;
   d = &cfg->dev[t->proc->files[f].dev];
   UNLOCK(t);
   pg = d->page_size;
@@ -556,6 +568,11 @@ static void op_register_bad(struct fz_thread *t) {
       want = 0;
       alt = EBUSY;
       break;
+  }
+  /* The open mode is checked before the argument is even read. */
+  if (rdonly) {
+    want = EBADF;
+    alt = FZ_ANY;
   }
   fz_trace(t, "register-bad", variant, r.device_addr, r.length);
   got = ioctl(fd, PHXFS_IOC_REGISTER, arg) ? errno : 0;

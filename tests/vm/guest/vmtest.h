@@ -38,6 +38,14 @@ int read_exact(int fd, void *buf, size_t len, uint64_t off);
 int write_exact(int fd, const void *buf, size_t len, uint64_t off);
 size_t first_diff(const void *a, const void *b, size_t len);
 
+/*
+ * Runs fn(arg) in a child process that shares the caller's mm (clone with
+ * CLONE_VM, not a thread): a registration belongs to its mm, so such a
+ * child may deregister the caller's registrations, and it can be
+ * SIGKILLed or waited for alone.  Returns its pid or -1.
+ */
+pid_t spawn_same_mm(int (*fn)(void *), void *arg);
+
 /* Reads one byte at p; returns the signal that raised (SIGBUS, SIGSEGV) or 0. */
 int touch_signal(volatile unsigned char *p);
 

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -217,4 +218,30 @@ void *inflight_read(void *arg) {
   f->result = pread(f->raw, f->map, f->size, 0);
   f->err = errno;
   return NULL;
+}
+
+struct same_mm_child {
+  int (*fn)(void *);
+  void *arg;
+};
+
+static int same_mm_trampoline(void *p) {
+  struct same_mm_child *c = p;
+
+  _exit(c->fn(c->arg));
+}
+
+pid_t spawn_same_mm(int (*fn)(void *), void *arg) {
+  /* Stays allocated: the child may outlive the caller's frame until reaped. */
+  static struct same_mm_child slots[16];
+  static unsigned int next;
+  const size_t stack_size = 256 * 1024;
+  struct same_mm_child *c = &slots[next++ % 16];
+  char *stack = malloc(stack_size);
+
+  if (!stack)
+    return -1;
+  c->fn = fn;
+  c->arg = arg;
+  return clone(same_mm_trampoline, stack + stack_size, CLONE_VM | SIGCHLD, c);
 }

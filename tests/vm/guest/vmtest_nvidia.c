@@ -21,7 +21,9 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "nvemu_uapi.h"
@@ -344,6 +346,122 @@ static int t_legacy_callback_during_io(char *detail, size_t len) {
   return 0;
 }
 
+static double now_s(void) {
+  struct timespec ts;
+
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int set_revoke_wait_ms(unsigned int ms) {
+  FILE *f = fopen("/sys/module/phxfs/parameters/revoke_wait_ms", "w");
+
+  if (!f)
+    return -errno;
+  fprintf(f, "%u\n", ms);
+  return fclose(f) ? -errno : 0;
+}
+
+struct timed_free {
+  uint64_t va;
+  int ret;
+  double seconds;
+  volatile int done;
+};
+
+static void *timed_free(void *p) {
+  struct timed_free *t = p;
+  double start = now_s();
+
+  t->ret = emu_free(t->va);
+  t->seconds = now_s() - start;
+  t->done = 1;
+  return NULL;
+}
+
+/*
+ * User space can hold page references for as long as it likes (here a
+ * vmsplice'd pipe; io_uring fixed buffers alike).  cudaFree's free callback
+ * must not wait for them without bound: it would hang the GPU driver (and
+ * a killed process in D state) on user space's whim.
+ */
+static int t_legacy_free_vs_vmsplice(char *detail, size_t len) {
+  const uint64_t size = 64 * KiB;
+  struct timed_free t = {0};
+  struct nvemu_stats before, after;
+  struct phxfs_register r;
+  struct phxfs_info info;
+  struct nvemu_alloc a;
+  struct iovec iov;
+  unsigned char *map;
+  double waited;
+  ssize_t spliced;
+  int fd = phx_open_dev(0), fds[2], tuned, wedged, sig, i;
+  pthread_t th;
+
+  EXPECT(fd >= 0 && !emu_stats(&before), "setup");
+  tuned = set_revoke_wait_ms(1000);
+  EXPECT(!emu_alloc(size, 0, &a) && !phx_register(fd, a.va, size, &r), "alloc+register");
+  map = phx_map(fd, &r);
+  EXPECT(map, "map");
+  memset(map, 0x7e, size);
+  EXPECT(!pipe(fds), "pipe");
+  iov = (struct iovec){map, size};
+  spliced = vmsplice(fds[1], &iov, 1, 0);
+  if (spliced < 0 && errno == EREMOTEIO) {
+    /* CONFIG_PCI_P2PDMA: GUP without FOLL_PCI_P2PDMA refuses P2P pages. */
+    close(fds[0]);
+    close(fds[1]);
+    set_revoke_wait_ms(5000);
+    EXPECT(!munmap(map, size) && !phx_deregister(fd, r.handle) && !emu_free(a.va), "teardown");
+    close(fd);
+    snprintf(detail, len,
+             "vmsplice cannot hold P2PDMA pages on this kernel (EREMOTEIO): "
+             "user space has no such hold on the free callback");
+    return 1;
+  }
+  EXPECT(spliced == (ssize_t)size, "vmsplice: %s", strerror(errno));
+  t.va = a.va;
+  EXPECT(!pthread_create(&th, NULL, timed_free, &t), "thread");
+  for (i = 0; i < 300 && !t.done; i++)
+    usleep(50000);
+  wedged = !t.done;
+  waited = (double)i * 0.05;
+  close(fds[0]);
+  close(fds[1]);
+  pthread_join(th, NULL);
+  set_revoke_wait_ms(5000);
+  EXPECT(!wedged,
+         "cudaFree blocked %.0f s on pages a vmsplice'd pipe held (returned once it closed)",
+         waited);
+  EXPECT(!tuned, "set revoke_wait_ms: %s", strerror(-tuned));
+  EXPECT(!t.ret, "cudaFree: %s", strerror(-t.ret));
+  EXPECT(t.seconds >= 0.9 && t.seconds < 5, "cudaFree took %.2f s, want the 1 s bound", t.seconds);
+  sig = touch_signal(map);
+  EXPECT(sig == SIGBUS, "touching freed GPU memory gave signal %d", sig);
+  EXPECT(!phx_deregister(fd, r.handle) && !munmap(map, size), "teardown");
+  for (i = 0; i < 100; i++) {
+    EXPECT(!phx_get_info(fd, &info), "info");
+    if (!info.regs_live)
+      break;
+    usleep(100000);
+  }
+  /* The work item that freed the pages is returning: let it, before rmmod. */
+  usleep(100000);
+  EXPECT(!info.regs_live && !info.pages_mapped, "regs_live %llu pages_mapped %llu",
+         (unsigned long long)info.regs_live, (unsigned long long)info.pages_mapped);
+  EXPECT(!emu_stats(&after) && after.pins_live == before.pins_live &&
+             after.callbacks == before.callbacks + 1,
+         "pins %llu callbacks %llu", (unsigned long long)after.pins_live,
+         (unsigned long long)after.callbacks);
+  close(fd);
+  snprintf(detail, len,
+           "cudaFree returned after %.2f s (revoke_wait_ms 1000) although a pipe held the pages; "
+           "mapping revoked, nothing left",
+           t.seconds);
+  return 0;
+}
+
 static int t_legacy_deregister(char *detail, size_t len) {
   struct nvemu_stats before, after;
   char inner[256] = "";
@@ -403,6 +521,7 @@ int vmtest_nvidia(const char *mode) {
     vm_run("nvidia/legacy_deregister", t_legacy_deregister);
     vm_run("nvidia/legacy_free_callback", t_legacy_callback);
     vm_run("nvidia/legacy_free_callback_during_io", t_legacy_callback_during_io);
+    vm_run("nvidia/legacy_free_vs_vmsplice", t_legacy_free_vs_vmsplice);
   } else {
     vm_run("nvidia/info", t_info);
     vm_run("nvidia/read_scattered_pages", t_read_scattered);

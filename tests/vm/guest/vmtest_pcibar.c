@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -95,6 +96,26 @@ static int region_open(struct region *r, int dev, uint64_t len) {
     r->fd = -1;
   }
   return ret;
+}
+
+/*
+ * A DEREGISTER in another process that shares our mm (spawn_same_mm), so
+ * that it can block, be killed or be waited for while we go on.
+ */
+struct region_ref {
+  int fd;
+  uint64_t handle;
+  int close_fds[2]; /* the child's copies of these would hold a pipe open; -1: none */
+};
+
+static int deregister_child(void *p) {
+  const struct region_ref *d = p;
+
+  if (d->close_fds[0] >= 0)
+    close(d->close_fds[0]);
+  if (d->close_fds[1] >= 0)
+    close(d->close_fds[1]);
+  return phx_deregister(d->fd, d->handle) ? 1 : 0;
 }
 
 static int region_close(struct region *r) {
@@ -259,7 +280,7 @@ static int t_bad_input(char *detail, size_t len) {
   EXPECT(!bar_alloc(0, 64 * KiB, &scratch), "BAR space");
 
   memset(&info, 0, sizeof(info));
-  info.abi_version = PHXFS_ABI_VERSION + 1;
+  info.abi_version = 0; /* a newer one is answered: pcibar/info_newer_abi */
   info.argsz = sizeof(info);
   EXPECT(ioctl(fd, PHXFS_IOC_GET_INFO, &info) && errno == EPROTO, "wrong ABI: errno %d", errno);
   info.abi_version = PHXFS_ABI_VERSION;
@@ -516,11 +537,10 @@ static int t_io_uring_fixed(char *detail, size_t len) {
   {
     struct phxfs_info info;
     int status;
-    pid_t pid = fork();
+    struct region_ref dr = {r.fd, r.reg.handle, {-1, -1}};
+    pid_t pid = spawn_same_mm(deregister_child, &dr);
 
-    EXPECT(pid >= 0, "fork");
-    if (pid == 0)
-      _exit(phx_deregister(r.fd, r.reg.handle) ? 1 : 0);
+    EXPECT(pid >= 0, "clone");
     usleep(300000);
     EXPECT(waitpid(pid, &status, WNOHANG) == 0,
            "DEREGISTER returned while io_uring still pinned the buffer");
@@ -820,6 +840,7 @@ static int t_register_waits_for_teardown(char *detail, size_t len) {
   const uint64_t size = 64 * KiB, disk = 11 * MiB;
   unsigned char *ref = ram_alloc(size);
   struct pipe_release pr = {.after_us = 500000};
+  struct region_ref dr;
   struct phxfs_register again;
   struct phxfs_info info;
   struct region r;
@@ -853,13 +874,9 @@ static int t_register_waits_for_teardown(char *detail, size_t len) {
     return 1;
   }
   EXPECT(spliced == (ssize_t)size, "vmsplice: %s", strerror(errno));
-  pid = fork();
-  EXPECT(pid >= 0, "fork");
-  if (pid == 0) {
-    close(pr.fds[0]);
-    close(pr.fds[1]);
-    _exit(phx_deregister(r.fd, r.reg.handle) ? 1 : 0);
-  }
+  dr = (struct region_ref){r.fd, r.reg.handle, {pr.fds[0], pr.fds[1]}};
+  pid = spawn_same_mm(deregister_child, &dr);
+  EXPECT(pid >= 0, "clone");
   usleep(300000);
   EXPECT(waitpid(pid, &status, WNOHANG) == 0, "DEREGISTER returned while a pipe held the pages");
   fd2 = phx_open_dev(0);
@@ -906,6 +923,118 @@ static int t_register_waits_for_teardown(char *detail, size_t len) {
   return 0;
 }
 
+struct timed_deregister {
+  int fd;
+  uint64_t handle;
+  int ret;
+  long switches; /* voluntary context switches of the thread meanwhile */
+  double seconds;
+};
+
+static void *timed_deregister(void *p) {
+  struct timed_deregister *d = p;
+  struct rusage before, after;
+  double start = monotonic_s();
+
+  getrusage(RUSAGE_THREAD, &before);
+  d->ret = phx_deregister(d->fd, d->handle);
+  getrusage(RUSAGE_THREAD, &after);
+  d->seconds = monotonic_s() - start;
+  d->switches = after.ru_nvcsw - before.ru_nvcsw;
+  return NULL;
+}
+
+/*
+ * A DEREGISTER that waits for page references user space holds (a
+ * vmsplice'd pipe, as for DMA in flight) must sleep, not poll: the old
+ * wait looked every 50-200 us, thousands of wake-ups a second for as long
+ * as user space liked.
+ */
+static int t_deregister_wait_sleeps(char *detail, size_t len) {
+  const uint64_t size = 64 * KiB;
+  struct timed_deregister d = {0};
+  struct phxfs_info info;
+  struct region r;
+  struct iovec iov;
+  pthread_t th;
+  ssize_t spliced;
+  int fds[2], ret;
+
+  ret = region_open(&r, 0, size);
+  EXPECT(!ret, "region: %s", strerror(-ret));
+  memset(r.map, 0x3c, size);
+  EXPECT(!pipe(fds), "pipe");
+  iov = (struct iovec){r.map, size};
+  spliced = vmsplice(fds[1], &iov, 1, 0);
+  if (spliced < 0 && errno == EREMOTEIO) {
+    /* CONFIG_PCI_P2PDMA: GUP without FOLL_PCI_P2PDMA refuses P2P pages. */
+    close(fds[0]);
+    close(fds[1]);
+    EXPECT(!region_close(&r), "close");
+    snprintf(detail, len,
+             "vmsplice cannot hold P2PDMA pages on this kernel (EREMOTEIO): "
+             "no user-space holder to wait for");
+    return 1;
+  }
+  EXPECT(spliced == (ssize_t)size, "vmsplice: %s", strerror(errno));
+  d.fd = r.fd;
+  d.handle = r.reg.handle;
+  EXPECT(!pthread_create(&th, NULL, timed_deregister, &d), "thread");
+  sleep(2);
+  close(fds[0]);
+  close(fds[1]);
+  pthread_join(th, NULL);
+  EXPECT(!d.ret, "DEREGISTER: %s", strerror(-d.ret));
+  EXPECT(d.seconds >= 1.5, "DEREGISTER returned after %.2f s while a pipe held the pages",
+         d.seconds);
+  EXPECT(d.switches < 200,
+         "DEREGISTER waiting %.2f s for held pages woke %ld times: it polls instead of sleeping",
+         d.seconds, d.switches);
+  EXPECT(touch_signal(r.map) == SIGBUS, "the mapping still reaches the pages");
+  EXPECT(!munmap(r.map, size), "munmap");
+  EXPECT(!phx_get_info(r.fd, &info) && info.regs_live == 0, "regs_live %llu",
+         (unsigned long long)info.regs_live);
+  close(r.fd);
+  snprintf(detail, len, "DEREGISTER waited %.2f s for a vmsplice'd pipe with %ld wake-ups",
+           d.seconds, d.switches);
+  return 0;
+}
+
+/*
+ * GET_INFO answers user space built against a newer ABI with the version
+ * the module speaks and its features, instead of EPROTO; the other ioctls
+ * still refuse versions the module does not know.
+ */
+static int t_info_newer_abi(char *detail, size_t len) {
+  struct phxfs_info info;
+  struct phxfs_register r;
+  int fd = phx_open_dev(0), ret;
+
+  EXPECT(fd >= 0, "open: %s", strerror(errno));
+  memset(&info, 0, sizeof(info));
+  info.abi_version = PHXFS_ABI_VERSION + 7;
+  info.argsz = sizeof(info);
+  ret = ioctl(fd, PHXFS_IOC_GET_INFO, &info) ? errno : 0;
+  EXPECT(!ret, "GET_INFO with abi_version %u: %s", PHXFS_ABI_VERSION + 7, strerror(ret));
+  EXPECT(info.abi_version == PHXFS_ABI_VERSION && info.argsz == sizeof(info),
+         "GET_INFO reported abi_version %u argsz %u", info.abi_version, info.argsz);
+  EXPECT(info.features & PHXFS_FEATURE_ABI_RANGE, "features %#llx",
+         (unsigned long long)info.features);
+  info.abi_version = 0;
+  ret = ioctl(fd, PHXFS_IOC_GET_INFO, &info) ? errno : 0;
+  EXPECT(ret == EPROTO, "GET_INFO with abi_version 0: %s", ret ? strerror(ret) : "succeeded");
+  memset(&r, 0, sizeof(r));
+  r.abi_version = PHXFS_ABI_VERSION + 1;
+  r.argsz = sizeof(r);
+  r.length = 4096;
+  ret = ioctl(fd, PHXFS_IOC_REGISTER, &r) ? errno : 0;
+  EXPECT(ret == EPROTO, "REGISTER with a newer abi_version: %s", ret ? strerror(ret) : "succeeded");
+  close(fd);
+  snprintf(detail, len, "newer caller learns ABI %u, features %#llx; REGISTER of it is EPROTO",
+           PHXFS_ABI_VERSION, (unsigned long long)info.features);
+  return 0;
+}
+
 int vmtest_pcibar(void) {
   int raw;
 
@@ -924,6 +1053,7 @@ int vmtest_pcibar(void) {
   write_next = disk_size / 2;
 
   vm_run("pcibar/info", t_info);
+  vm_run("pcibar/info_newer_abi", t_info_newer_abi);
   vm_run("pcibar/bad_input", t_bad_input);
   vm_run("pcibar/rw_4k", t_rw_4k);
   vm_run("pcibar/rw_8k", t_rw_8k);
@@ -946,5 +1076,6 @@ int vmtest_pcibar(void) {
   vm_run("pcibar/fork", t_fork);
   vm_run("pcibar/kill_with_live_registration", t_kill_live);
   vm_run("pcibar/register_waits_for_teardown", t_register_waits_for_teardown);
+  vm_run("pcibar/deregister_wait_sleeps", t_deregister_wait_sleeps);
   return vm_failures() ? 1 : 0;
 }
