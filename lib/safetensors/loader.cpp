@@ -21,9 +21,9 @@
 #include <thread>
 #include <vector>
 
-#include "config.hpp"
-#include "error.hpp"
-#include "gather_mover.hpp"
+#include "core/config.hpp"
+#include "core/error.hpp"
+#include "gather/gather_mover.hpp"
 #include "phoenix/safetensors.hpp"
 #include "safetensors/residency.hpp"
 

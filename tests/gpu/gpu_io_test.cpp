@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "device_state.hpp"
-#include "engine_cufile.hpp"
+#include "core/device_state.hpp"
+#include "engines/cufile/engine_cufile.hpp"
 #include "gpu_support.hpp"
 #include "phoenix/phoenix.h"
 #include "phoenix/phoenix.hpp"
