@@ -15,6 +15,7 @@
 
 #include "core/device_state.hpp"
 #include "core/error.hpp"
+#include "engines/engine_table.hpp"
 #include "io/file_caps.hpp"
 #include "io/stream_io.hpp"
 #include "phoenix/phoenix.h"
@@ -174,7 +175,7 @@ ssize_t io(const char *function, Direction dir, phxfs_fileid_t fid, const void *
     return 0;
   }
   const std::size_t mapping_offset = address - mapping->device_address();
-  // Engines without a host view (compat, cufile) align against the device address.
+  // Engines without a host view align against the device address.
   const std::uintptr_t host =
       mapping->host_view() != nullptr
           ? reinterpret_cast<std::uintptr_t>(mapping->host_view()) + mapping_offset
@@ -252,37 +253,15 @@ using phx::detail::guarded;
 namespace {
 
 Engine engine_from_c(phxfs_engine_t engine) {
-  switch (engine) {
-    case PHXFS_ENGINE_AUTO:
-      return Engine::automatic;
-    case PHXFS_ENGINE_DIRECT:
-      return Engine::direct;
-    case PHXFS_ENGINE_HOST:
-      return Engine::host;
-    case PHXFS_ENGINE_COMPAT:
-      return Engine::compat;
-    case PHXFS_ENGINE_CUFILE:
-      return Engine::cufile;
-    default:
-      break;
+  if (const phx::detail::EngineEntry *entry = phx::detail::find_engine(engine)) {
+    return entry->engine;
   }
   phx::detail::throw_errno(EINVAL, "unknown engine " + std::to_string(static_cast<int>(engine)));
 }
 
 phxfs_engine_t engine_to_c(Engine engine) {
-  switch (engine) {
-    case Engine::direct:
-      return PHXFS_ENGINE_DIRECT;
-    case Engine::host:
-      return PHXFS_ENGINE_HOST;
-    case Engine::compat:
-      return PHXFS_ENGINE_COMPAT;
-    case Engine::cufile:
-      return PHXFS_ENGINE_CUFILE;
-    case Engine::automatic:
-      break;
-  }
-  return PHXFS_ENGINE_AUTO;
+  const phx::detail::EngineEntry *entry = phx::detail::find_engine(engine);
+  return entry != nullptr ? entry->c_value : PHXFS_ENGINE_AUTO;
 }
 
 }  // namespace
@@ -314,21 +293,9 @@ phxfs_engine_t phxfs_device_engine(int device_id) {
 }
 
 const char *phxfs_engine_name(phxfs_engine_t engine) {
-  switch (engine) {
-    case PHXFS_ENGINE_AUTO:
-      return "auto";
-    case PHXFS_ENGINE_DIRECT:
-      return "direct";
-    case PHXFS_ENGINE_HOST:
-      return "host";
-    case PHXFS_ENGINE_COMPAT:
-      return "compat";
-    case PHXFS_ENGINE_CUFILE:
-      return "cufile";
-    default:
-      break;
-  }
-  return "unknown";
+  // Table names are literals, so data() is NUL-terminated.
+  const phx::detail::EngineEntry *entry = phx::detail::find_engine(engine);
+  return entry != nullptr ? entry->name.data() : "unknown";
 }
 
 int phxfs_regmem(int device_id, const void *addr, size_t len, void **target_addr) {
@@ -339,7 +306,7 @@ int phxfs_regmem(int device_id, const void *addr, size_t len, void **target_addr
     }
     auto state = devices().get(device_id);
     auto mapping = state->register_range(addr, len);
-    // Engines without a host view (compat, cufile) take the device address.
+    // Engines without a host view take the device address.
     *target_addr =
         mapping->host_view() != nullptr ? mapping->host_view() : const_cast<void *>(addr);
     return 0;

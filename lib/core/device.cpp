@@ -21,6 +21,9 @@ int Device::id() const noexcept {
 Engine Device::engine() const noexcept {
   return state_->engine();
 }
+EngineCapabilities Device::capabilities() const noexcept {
+  return state_->capabilities();
+}
 const std::string &Device::engine_reason() const noexcept {
   return state_->reason();
 }

@@ -18,7 +18,7 @@ namespace phx::detail {
 /// Throws std::system_error(EINVAL) unless 0 <= id < PHXFS_MAX_DEVICES.
 void check_device_id(int device_id);
 
-/// The backend for an already resolved engine.  Throws.
+/// The backend for an already resolved engine, from the engine table.  Throws.
 [[nodiscard]] std::unique_ptr<EngineBackend> make_backend(int device_id, Engine engine);
 
 class DeviceState {
@@ -30,6 +30,9 @@ class DeviceState {
 
   [[nodiscard]] int id() const noexcept { return id_; }
   [[nodiscard]] Engine engine() const noexcept { return backend_->kind(); }
+  [[nodiscard]] EngineCapabilities capabilities() const noexcept {
+    return backend_->capabilities();
+  }
   [[nodiscard]] const std::string &reason() const noexcept { return reason_; }
   [[nodiscard]] EngineBackend &backend() const noexcept { return *backend_; }
   [[nodiscard]] RegistrationTable &table() noexcept { return table_; }

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace phx::detail {
 
@@ -28,6 +29,10 @@ class Mapping {
     return address >= device_address_ && length <= size_ &&
            address - device_address_ <= size_ - length;
   }
+  /// Empty while the memory is still what was registered; else why not, in
+  /// words, for an EFAULT.  Engines whose memory can go away behind the
+  /// library's back (compat: cudaFree) override it.
+  [[nodiscard]] virtual std::string lost() const { return {}; }
 
  private:
   std::uintptr_t device_address_;

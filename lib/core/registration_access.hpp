@@ -13,6 +13,9 @@ struct RegistrationAccess {
   [[nodiscard]] static const Mapping *mapping(const Registration &r) noexcept {
     return r.mapping_.get();
   }
+  [[nodiscard]] static const DeviceState *device(const Registration &r) noexcept {
+    return r.device_.get();
+  }
 };
 
 }  // namespace phx::detail

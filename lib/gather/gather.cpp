@@ -5,6 +5,7 @@
 
 #include "core/config.hpp"
 #include "core/error.hpp"
+#include "engines/engine_table.hpp"
 #include "gather/gather_run.hpp"
 #include "gather/gatherer.hpp"
 #include "phoenix/gather.hpp"
@@ -18,15 +19,12 @@ constexpr std::size_t kDefaultHostViewRequest = std::size_t{1} << 20;
 // Small enough that the staging ring (2 x depth slots) stays tens of MiB.
 constexpr std::size_t kDefaultStagedRequest = std::size_t{256} << 10;
 
-GatherOptions resolve(Engine engine, GatherOptions options) {
-  if (engine == Engine::cufile) {
-    throw_errno(ENOTSUP,
-                "phx::Gather does not run on cufile devices: the cuFile baseline has its own "
-                "batch API (cuFileBatchIOSubmit)");
+GatherOptions resolve(Engine engine, const EngineCapabilities &caps, GatherOptions options) {
+  if (!caps.gather) {
+    refuse(engine, "phx::Gather", "gather mover", "use File::read/write");
   }
   if (options.max_request == 0) {
-    options.max_request =
-        engine == Engine::compat ? kDefaultStagedRequest : kDefaultHostViewRequest;
+    options.max_request = caps.staged ? kDefaultStagedRequest : kDefaultHostViewRequest;
   }
   if (options.max_request > kMaxSyscallBytes) {
     throw_errno(EINVAL, "gather max_request " + std::to_string(options.max_request) +
@@ -67,8 +65,11 @@ int error_of(const std::exception_ptr &e) {
 
 }  // namespace
 
-Gatherer::Gatherer(int device_id, Engine engine, GatherOptions options)
-    : device_id_(device_id), engine_(engine), options_(resolve(engine, options)) {}
+Gatherer::Gatherer(int device_id, Engine engine, EngineCapabilities capabilities,
+                   GatherOptions options)
+    : device_id_(device_id),
+      capabilities_(capabilities),
+      options_(resolve(engine, capabilities, options)) {}
 
 Gatherer::~Gatherer() {
   {
@@ -111,7 +112,7 @@ void Gatherer::worker() noexcept {
     }
     if (mover_ == nullptr && mover_error_ == nullptr) {
       try {
-        mover_ = engine_ == Engine::compat
+        mover_ = capabilities_.staged
                      ? make_staged_mover(device_id_, options_.queue_depth, options_.max_request)
                      : make_host_view_mover(options_.queue_depth);
       } catch (...) {
@@ -215,7 +216,8 @@ std::vector<GatherEntry> paged_blocks(File &file, const Registration &pool, std:
 }
 
 Gather::Gather(const Device &device, GatherOptions options)
-    : impl_(std::make_unique<detail::Gatherer>(device.id(), device.engine(), options)) {}
+    : impl_(std::make_unique<detail::Gatherer>(device.id(), device.engine(), device.capabilities(),
+                                               options)) {}
 Gather::Gather(Gather &&) noexcept = default;
 Gather &Gather::operator=(Gather &&) noexcept = default;
 Gather::~Gather() = default;

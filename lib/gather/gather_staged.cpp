@@ -24,7 +24,6 @@
 #include "core/registration_access.hpp"
 #include "cuda/driver_api.hpp"
 #include "cuda/gpu.hpp"
-#include "engines/compat/compat_mapping.hpp"
 #include "engines/compat/staging_pool.hpp"
 
 namespace phx::detail {
@@ -77,7 +76,7 @@ class StagedMover final : public GatherMover {
       if (r.registration != checked) {
         checked = r.registration;
         const Mapping *mapping = RegistrationAccess::mapping(*r.registration);
-        const std::string lost = mapping != nullptr ? compat_allocation_lost(*mapping) : "";
+        const std::string lost = mapping != nullptr ? mapping->lost() : "";
         checked_lost = !lost.empty();
         if (checked_lost) {
           log(LogLevel::error, "gather: " + lost);

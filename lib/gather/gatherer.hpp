@@ -21,7 +21,8 @@ namespace phx::detail {
 
 class Gatherer {
  public:
-  Gatherer(int device_id, Engine engine, GatherOptions options);
+  /// Throws std::system_error(ENOTSUP) when @p engine has no gather mover.
+  Gatherer(int device_id, Engine engine, EngineCapabilities capabilities, GatherOptions options);
   ~Gatherer();
   Gatherer(const Gatherer &) = delete;
   Gatherer &operator=(const Gatherer &) = delete;
@@ -43,7 +44,7 @@ class Gatherer {
   void worker() noexcept;
 
   int device_id_;
-  Engine engine_;
+  EngineCapabilities capabilities_;
   GatherOptions options_;
   std::unique_ptr<GatherMover> mover_;
   std::exception_ptr mover_error_;

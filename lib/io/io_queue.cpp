@@ -8,8 +8,11 @@
 #include <string>
 
 #include "core/config.hpp"
+#include "core/device_state.hpp"
 #include "core/error.hpp"
+#include "core/registration_access.hpp"
 #include "core/tsan_kernel_memory.hpp"
+#include "engines/engine_table.hpp"
 #include "io/aligned_io.hpp"
 #include "phoenix/phoenix.hpp"
 
@@ -254,10 +257,10 @@ IoRequest make_request(IoOp op, File &file, const Registration &reg, std::size_t
                          " + size exceeds the registration's " + std::to_string(reg.size()) +
                          " bytes");
   }
-  if (reg.host_view() == nullptr) {
-    detail::throw_errno(ENOTSUP,
-                        "IoRequest: this registration (compat or cufile engine) has no host "
-                        "view for io_uring; use File::read/write or read_async");
+  if (const detail::DeviceState *device = detail::RegistrationAccess::device(reg);
+      !device->capabilities().io_queue) {
+    detail::refuse(device->engine(), "IoRequest", "host view for io_uring",
+                   "use File::read/write or read_async");
   }
   return {op, &file, reg.host_view() + reg_offset, size, offset, user_data};
 }

@@ -23,7 +23,6 @@
 #include "core/error.hpp"
 #include "cuda/driver_api.hpp"
 #include "cuda/gpu.hpp"
-#include "engines/compat/compat_mapping.hpp"
 #include "engines/compat/copy_pool.hpp"
 #include "engines/compat/staging_pool.hpp"
 
@@ -547,17 +546,15 @@ void StreamIo::submit(StreamRequest request, CUstream_st *stream) {
                 "the stream is capturing a CUDA graph; stream-ordered I/O cannot be "
                 "captured");
   }
-  if (request.device->engine() == Engine::compat) {
-    // Freed since it was registered: refuse now rather than copy into
-    // whatever holds the address by the time the stream gets there.
-    if (std::string lost = compat_allocation_lost(*request.mapping); !lost.empty()) {
-      throw_errno(EFAULT, lost);
-    }
+  // Freed since it was registered: refuse now rather than copy into
+  // whatever holds the address by the time the stream gets there.
+  if (std::string lost = request.mapping->lost(); !lost.empty()) {
+    throw_errno(EFAULT, lost);
   }
   auto op = std::make_shared<Op>();
   op->request = std::move(request);
   op->context = context;
-  if (op->request.device->engine() == Engine::compat && enqueue_staged(op, stream)) {
+  if (op->request.device->capabilities().staged && enqueue_staged(op, stream)) {
     return;
   }
 #ifndef PHX_BREAK_STREAM_ORDER

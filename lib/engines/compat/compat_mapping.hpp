@@ -21,14 +21,12 @@ class CompatMapping final : public Mapping {
   [[nodiscard]] unsigned long long buffer_id() const noexcept {  // NOLINT(google-runtime-int)
     return buffer_id_;
   }
+  /// Empty while the CUDA allocation is alive; else why not (one driver call).
+  [[nodiscard]] std::string lost() const override;
 
  private:
   unsigned long long buffer_id_;  // NOLINT(google-runtime-int): the ABI's type
 };
-
-/// Empty while @p mapping's CUDA allocation is alive (or @p mapping is no
-/// compat mapping); else why not, in words, for an EFAULT.
-[[nodiscard]] std::string compat_allocation_lost(const Mapping &mapping);
 
 }  // namespace phx::detail
 

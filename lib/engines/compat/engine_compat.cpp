@@ -77,7 +77,7 @@ class CompatBackend final : public EngineBackend {
     // into whatever was allocated there since (or fault): one driver call.
     try {
       const cuda::ScopedContext scope(gpu_->context());
-      if (std::string lost = compat_allocation_lost(mapping); !lost.empty()) {
+      if (std::string lost = mapping.lost(); !lost.empty()) {
         TransferResult failed;
         failed.error = EFAULT;
         failed.detail = std::move(lost);
@@ -133,15 +133,12 @@ class CompatBackend final : public EngineBackend {
 
 }  // namespace
 
-std::string compat_allocation_lost(const Mapping &mapping) {
-  const auto *compat = dynamic_cast<const CompatMapping *>(&mapping);
+std::string CompatMapping::lost() const {
   const cuda::Driver *d = cuda::driver();
-  if (compat == nullptr || d == nullptr ||
-      cuda::buffer_id(*d, compat->device_address()) == compat->buffer_id()) {
+  if (d == nullptr || cuda::buffer_id(*d, device_address()) == buffer_id()) {
     return {};
   }
-  return "registered range " + hex(compat->device_address()) + " + " +
-         std::to_string(compat->size()) +
+  return "registered range " + hex(device_address()) + " + " + std::to_string(size()) +
          " is no longer the CUDA allocation it was registered in (freed while registered?)";
 }
 

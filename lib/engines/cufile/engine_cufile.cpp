@@ -2,20 +2,21 @@
 // The cuFile (GDS) baseline engine: registration is cuFileBufRegister, I/O
 // is cuFileRead/cuFileWrite on a cuFile handle per descriptor.  It exists
 // to compare against; libcufile is loaded at run time.
-#include "engines/cufile/engine_cufile.hpp"
-
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <map>
 #include <mutex>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "core/config.hpp"
 #include "core/error.hpp"
 #include "cuda/gpu.hpp"
 #include "engines/cufile/cufile_loader.hpp"
+#include "engines/engine_backend.hpp"
 
 namespace phx::detail {
 namespace {
@@ -147,8 +148,14 @@ class CufileBackend final : public EngineBackend {
     return it->second.handle;
   }
 
-  [[nodiscard]] const cufile::Library &library() const noexcept { return lib_; }
-  [[nodiscard]] const cuda::Gpu &gpu() const noexcept { return *gpu_; }
+  /// cuFileBatchIOSetUp/Submit/GetStatus.  Throws std::system_error
+  /// (ENOTSUP when this libcufile has no batch API).
+  [[nodiscard]] TransferResult native_batch(Direction dir, int fd, const Mapping &mapping,
+                                            std::span<const BatchPiece> pieces) override;
+  /// cuFileReadAsync/WriteAsync, the stream registered with
+  /// cuFileStreamRegister on first use.
+  void native_submit_async(Direction dir, int fd, const Mapping &mapping, StreamParams &params,
+                           CUstream_st *stream) override;
 
  private:
   static const cufile::Library &open_driver() {
@@ -169,31 +176,16 @@ class CufileBackend final : public EngineBackend {
   std::map<int, Registered> handles_;
 };
 
-CufileBackend &as_cufile(EngineBackend &backend) {
-  auto *b = dynamic_cast<CufileBackend *>(&backend);
-  if (b == nullptr) {
-    throw_errno(EINVAL, "not a device opened with the cufile engine");
-  }
-  return *b;
-}
-
-}  // namespace
-
-std::unique_ptr<EngineBackend> make_cufile_backend(int device_id) {
-  return std::make_unique<CufileBackend>(device_id);
-}
-
-TransferResult cufile_batch(EngineBackend &backend, Direction dir, int fd, const Mapping &mapping,
-                            std::span<const CufilePiece> pieces) {
-  CufileBackend &b = as_cufile(backend);
-  const cufile::Library &lib = b.library();
+TransferResult CufileBackend::native_batch(Direction dir, int fd, const Mapping &mapping,
+                                           std::span<const BatchPiece> pieces) {
+  const cufile::Library &lib = lib_;
   if (lib.BatchIOSetUp == nullptr || lib.BatchIOSubmit == nullptr ||
       lib.BatchIOGetStatus == nullptr || lib.BatchIODestroy == nullptr) {
     throw_errno(ENOTSUP, "this libcufile has no batch API");
   }
-  const cuda::ScopedContext scope(b.gpu().context());
+  const cuda::ScopedContext scope(gpu_->context());
   TransferResult result;
-  void *h = b.handle(fd, result);
+  void *h = handle(fd, result);
   if (h == nullptr) {
     return result;
   }
@@ -248,16 +240,15 @@ TransferResult cufile_batch(EngineBackend &backend, Direction dir, int fd, const
   return result;
 }
 
-void cufile_submit_async(EngineBackend &backend, Direction dir, int fd, const Mapping &mapping,
-                         CufileAsyncParams &params, CUstream_st *stream) {
-  CufileBackend &b = as_cufile(backend);
-  const cufile::Library &lib = b.library();
+void CufileBackend::native_submit_async(Direction dir, int fd, const Mapping &mapping,
+                                        StreamParams &params, CUstream_st *stream) {
+  const cufile::Library &lib = lib_;
   if (lib.ReadAsync == nullptr || lib.WriteAsync == nullptr || lib.StreamRegister == nullptr) {
     throw_errno(ENOTSUP, "this libcufile has no stream API");
   }
-  const cuda::ScopedContext scope(b.gpu().context());
+  const cuda::ScopedContext scope(gpu_->context());
   TransferResult failed;
-  void *h = b.handle(fd, failed);
+  void *h = handle(fd, failed);
   if (h == nullptr) {
     throw_errno(failed.error, failed.detail);
   }
@@ -276,6 +267,12 @@ void cufile_submit_async(EngineBackend &backend, Direction dir, int fd, const Ma
     throw_errno(EIO, cufile::error_text(
                          dir == Direction::read ? "cuFileReadAsync" : "cuFileWriteAsync", e));
   }
+}
+
+}  // namespace
+
+std::unique_ptr<EngineBackend> make_cufile_backend(int device_id) {
+  return std::make_unique<CufileBackend>(device_id);
 }
 
 }  // namespace phx::detail

@@ -89,8 +89,8 @@ class DirectBackend final : public EngineBackend {
 
 }  // namespace
 
-std::unique_ptr<EngineBackend> make_direct_backend(std::shared_ptr<DeviceDriver> driver) {
-  return std::make_unique<DirectBackend>(std::move(driver));
+std::unique_ptr<EngineBackend> make_direct_backend(int device_id) {
+  return std::make_unique<DirectBackend>(open_driver(device_id));
 }
 
 }  // namespace phx::detail

@@ -55,7 +55,7 @@ class HostBackend final : public EngineBackend {
 
 }  // namespace
 
-std::unique_ptr<EngineBackend> make_host_backend() {
+std::unique_ptr<EngineBackend> make_host_backend(int /*device_id*/) {
   return std::make_unique<HostBackend>();
 }
 

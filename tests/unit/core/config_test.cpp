@@ -57,24 +57,5 @@ TEST_F(EnvTest, EnvSizeRejectsOutOfRangeNamingTheVariable) {
   }
 }
 
-TEST(EngineNames, RoundTrip) {
-  for (Engine e :
-       {Engine::automatic, Engine::direct, Engine::host, Engine::compat, Engine::cufile}) {
-    EXPECT_EQ(parse_engine(to_string(e)), e);
-  }
-  EXPECT_EQ(parse_engine("phoenix"), Engine::direct);
-  EXPECT_EQ(parse_engine("gds"), Engine::cufile);
-}
-
-TEST(EngineNames, UnknownNameIsEinvalWithTheName) {
-  try {
-    (void)parse_engine("gpu-magic");
-    FAIL() << "expected EINVAL";
-  } catch (const std::system_error &e) {
-    EXPECT_EQ(e.code().value(), EINVAL);
-    EXPECT_NE(std::string(e.what()).find("gpu-magic"), std::string::npos);
-  }
-}
-
 }  // namespace
 }  // namespace phx::detail

@@ -14,6 +14,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -91,6 +92,23 @@ INSTANTIATE_TEST_SUITE_P(
                                          Shape{(std::size_t{5} << 20) + 123, 1000, 12345},
                                          Shape{(std::size_t{37} << 20) + 7, 8192, 0})),
     shape_name);
+
+TEST_F(CompatEngine, IoRequestIsRefusedWithoutAHostView) {
+  Zeroed z(4096);
+  write_pattern_file(dir_ / "in", 4096, kSeed);
+  File f(dir_ / "in", O_RDONLY);
+  EXPECT_FALSE(z.dev.capabilities().host_view);
+  EXPECT_EQ(z.reg.host_view(), nullptr);
+  try {
+    (void)IoRequest::read(f, z.reg, 0, 4096, 0);
+    FAIL() << "expected ENOTSUP";
+  } catch (const std::system_error &e) {
+    EXPECT_EQ(e.code().value(), ENOTSUP);
+    EXPECT_NE(std::string(e.what()).find("IoRequest: the compat engine has no host view"),
+              std::string::npos)
+        << e.what();
+  }
+}
 
 TEST_P(CompatShapes, ReadsLandByteForByte) {
   const auto [direct, shape] = GetParam();
