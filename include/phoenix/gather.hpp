@@ -89,8 +89,9 @@ struct GatherResult {
 /// Move-only; destruction waits for the operations already started.
 class PHX_EXPORT Gather {
  public:
-  /// Throws std::system_error: EINVAL for a malformed option, ENOTSUP for a
-  /// cufile device (use cuFile's batch API through the cufile engine).
+  /// Throws std::system_error: EINVAL for a malformed option, ENOTSUP when
+  /// the device's engine lacks the gather capability (cufile; see
+  /// EngineCapabilities).
   explicit Gather(const Device &device, GatherOptions options = {});
   Gather(Gather &&) noexcept;
   Gather &operator=(Gather &&) noexcept;

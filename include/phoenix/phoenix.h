@@ -17,6 +17,12 @@
  *   cufile - NVIDIA's cuFile (GDS), loaded at run time, for comparisons.
  * PHX_ENGINE=direct|compat|host|cufile|auto picks one process-wide;
  * phxfs_open_engine() picks per device.
+ *
+ * Every engine serves phxfs_read/phxfs_write, and phxfs_read_async/
+ * phxfs_write_async in builds with CUDA.  Only direct and host have a host
+ * view: for compat and cufile, phxfs_regmem() returns @addr itself in
+ * *target_addr.  phoenix.hpp's EngineCapabilities lists what each engine
+ * can do.
  */
 #ifndef PHOENIX_PHOENIX_H
 #define PHOENIX_PHOENIX_H
@@ -94,7 +100,8 @@ PHXFS_API const char *phxfs_engine_name(phxfs_engine_t engine);
  * phxfs_regmem - register [@addr, @addr + @len) of @device_id's memory.
  * @target_addr receives the host virtual address at which the range can be
  * passed to pread/pwrite/io_uring (the mapped device pages for the direct
- * engine; @addr itself for the host engine).
+ * engine; @addr itself for the host engine); engines without a host view
+ * (compat, cufile) return @addr itself, for phxfs_read/phxfs_write only.
  * Errors: EINVAL null addr/target_addr, zero length, address overflow,
  * misalignment the engine cannot serve, or partial overlap with a live
  * registration; EEXIST the same range is already registered; EFAULT host

@@ -57,9 +57,41 @@ enum class Engine {
 
 /// "auto", "direct", "host", "compat", "cufile".
 [[nodiscard]] PHX_EXPORT std::string_view to_string(Engine engine) noexcept;
-/// Parses the names above ("phoenix" is accepted for direct); throws
-/// std::system_error(EINVAL) naming the bad value.
+/// Parses the names above and the tools' older ones ("automatic" for auto,
+/// "phoenix" for direct, "gds" for cufile); throws std::system_error(EINVAL)
+/// naming the bad value.
 [[nodiscard]] PHX_EXPORT Engine parse_engine(std::string_view name);
+
+/// What an engine can do beyond File::read/write, which every engine serves.
+/// A call that needs a capability the device's engine lacks throws
+/// std::system_error(ENOTSUP) naming the engine and the capability.
+///
+///   capability      direct  host  compat  cufile   used by
+///   device_memory   yes     -     yes     yes      register_memory() takes device memory
+///   host_view       yes     yes   -       -        Registration::host_view(), phxfs_regmem()
+///   io_queue        yes     yes   -       -        IoRequest / IoQueue
+///   gather          yes     yes   yes     -        phx::Gather
+///   staged          -       -     yes     -        (how bytes move; nothing is refused)
+///
+/// Stream-ordered I/O (File::read_async, phxfs_read_async) runs on every
+/// engine in builds with CUDA, on a machine with a CUDA driver (else ENOTSUP).
+struct EngineCapabilities {
+  /// register_memory() takes device memory; without it, host memory.
+  bool device_memory = false;
+  /// Registration::host_view() is the registered memory's address in this
+  /// process, for pread/pwrite/io_uring.  Without it host_view() is null,
+  /// view() is {nullptr, size()} and phxfs_regmem() returns the device address.
+  bool host_view = false;
+  /// IoRequest::read/write take its registrations (io_uring needs a host view).
+  bool io_queue = false;
+  /// phx::Gather runs on its devices.
+  bool gather = false;
+  /// Bytes pass through pinned host staging buffers and GPU copies.
+  bool staged = false;
+};
+/// The capabilities of @p engine.  Throws std::system_error(EINVAL) for
+/// Engine::automatic (resolve it with choose_engine() first).
+[[nodiscard]] PHX_EXPORT EngineCapabilities engine_capabilities(Engine engine);
 
 /// The engine a device would get, and why.
 struct EngineChoice {
@@ -111,6 +143,8 @@ class PHX_EXPORT Device {
   [[nodiscard]] Engine engine() const noexcept;
   /// Why this engine was chosen.
   [[nodiscard]] const std::string &engine_reason() const noexcept;
+  /// What engine() can do (engine_capabilities(engine())).
+  [[nodiscard]] EngineCapabilities capabilities() const noexcept;
 
   /// Registers [addr, addr + size) and maps it into one contiguous host
   /// virtual range.  Any size; for the direct engine an unaligned range is
@@ -142,8 +176,10 @@ class PHX_EXPORT Registration {
   /// The device address given to register_memory().
   [[nodiscard]] void *device_address() const noexcept;
   /// Host virtual address of device_address(): pass it to pread/pwrite/io_uring.
+  /// Null for engines without the host_view capability (compat, cufile).
   [[nodiscard]] std::byte *host_view() const noexcept;
   [[nodiscard]] std::size_t size() const noexcept;
+  /// {host_view(), size()}: {nullptr, size()} without a host view.
   [[nodiscard]] std::span<std::byte> view() const noexcept;
   [[nodiscard]] explicit operator bool() const noexcept { return mapping_ != nullptr; }
 
@@ -254,7 +290,8 @@ struct PHX_EXPORT IoRequest {
   std::uint64_t offset = 0;  ///< file offset
   std::uint64_t user_data = 0;
 
-  /// Throws std::system_error(EINVAL) when [reg_offset, +size) is outside @p reg.
+  /// Throws std::system_error(EINVAL) when [reg_offset, +size) is outside @p reg,
+  /// ENOTSUP when its engine lacks the io_queue capability (compat, cufile).
   [[nodiscard]] static IoRequest read(File &file, const Registration &reg, std::size_t reg_offset,
                                       std::size_t size, std::uint64_t offset,
                                       std::uint64_t user_data = 0);

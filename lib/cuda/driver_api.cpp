@@ -7,7 +7,7 @@
 #include <chrono>
 #include <system_error>
 
-#include "config.hpp"
+#include "core/config.hpp"
 
 namespace phx::detail::cuda {
 namespace {

@@ -3,7 +3,7 @@
 // here from NVIDIA's documented ABI and resolved at run time with dlopen of
 // libcuda.so.1.  Nothing links against CUDA: a machine without the driver
 // (CI, containers without a GPU) loads libphoenix and simply has no GPUs.
-// tests/unit/cuda_abi_test.cpp checks every value against the toolkit's cuda.h.
+// tests/unit/cuda/cuda_abi_test.cpp checks every value against the toolkit's cuda.h.
 #ifndef PHOENIX_LIB_CUDA_DRIVER_API_HPP
 #define PHOENIX_LIB_CUDA_DRIVER_API_HPP
 

@@ -5,7 +5,7 @@
 #include <cerrno>
 #include <vector>
 
-#include "error.hpp"
+#include "core/error.hpp"
 
 namespace phx::detail::cuda {
 namespace {

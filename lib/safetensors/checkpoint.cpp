@@ -10,7 +10,7 @@
 #include <sstream>
 #include <string>
 
-#include "error.hpp"
+#include "core/error.hpp"
 #include "phoenix/safetensors.hpp"
 #include "safetensors/strict_json.hpp"
 

@@ -4,7 +4,7 @@
 #include <cerrno>
 #include <string>
 
-#include "error.hpp"
+#include "core/error.hpp"
 #include "phoenix/safetensors.hpp"
 
 namespace phx::safetensors {

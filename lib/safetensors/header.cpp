@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "error.hpp"
+#include "core/error.hpp"
 #include "phoenix/safetensors.hpp"
 #include "safetensors/strict_json.hpp"
 #include "safetensors/unique_fd.hpp"

@@ -21,9 +21,9 @@
 #include <thread>
 #include <vector>
 
-#include "config.hpp"
-#include "error.hpp"
-#include "gather_mover.hpp"
+#include "core/config.hpp"
+#include "core/error.hpp"
+#include "gather/gather_mover.hpp"
 #include "phoenix/safetensors.hpp"
 #include "safetensors/residency.hpp"
 
@@ -79,14 +79,20 @@ struct SharedState {
   std::exception_ptr error;
 };
 
-MemoryKind memory_of(Engine engine) noexcept {
-  return engine == Engine::host ? MemoryKind::host : MemoryKind::cuda;
+MemoryKind memory_of(const EngineCapabilities &caps) noexcept {
+  return caps.device_memory ? MemoryKind::cuda : MemoryKind::host;
 }
 
-DirectIo open_mode(const LoadOptions &options, Engine engine, const std::filesystem::path &path,
-                   const FileHeader &header) {
-  if (engine == Engine::direct) {
-    return DirectIo::required;  // device memory behind the mapping takes no buffered copy
+// Device memory behind a host view (the direct engine's mapped pages)
+// takes no buffered copy.
+bool needs_direct_io(const EngineCapabilities &caps) noexcept {
+  return caps.device_memory && caps.host_view;
+}
+
+DirectIo open_mode(const LoadOptions &options, const EngineCapabilities &caps,
+                   const std::filesystem::path &path, const FileHeader &header) {
+  if (needs_direct_io(caps)) {
+    return DirectIo::required;
   }
   switch (options.cache) {
     case CachePolicy::direct:
@@ -303,11 +309,12 @@ void read_streamed(detail::GatherMover &mover, std::span<const Streamed> segment
 
 // @p opened: the file as the stream pass opened it (and found buffered), or
 // null to open it here.
-void read_file(const FileHeader &header, std::span<const Target *const> targets, Engine engine,
-               std::unique_ptr<File> opened, const LoadOptions &options, SharedState &shared) {
+void read_file(const FileHeader &header, std::span<const Target *const> targets,
+               const EngineCapabilities &caps, std::unique_ptr<File> opened,
+               const LoadOptions &options, SharedState &shared) {
   if (opened == nullptr) {
     opened = std::make_unique<File>(header.path, O_RDONLY, 0644,
-                                    open_mode(options, engine, header.path, header));
+                                    open_mode(options, caps, header.path, header));
   }
   File &file = *opened;
   if (file.direct_io()) {
@@ -388,15 +395,14 @@ void Loader::warm_up(const Checkpoint &checkpoint) {
     Device &dev = device(s.device);
     const std::size_t size = options_.alignment;
     const std::shared_ptr<Allocation> memory =
-        memory_of(dev.engine()) == MemoryKind::host
+        memory_of(dev.capabilities()) == MemoryKind::host
             ? (options_.pinned_host ? allocate_pinned(size) : allocate_host(size, size))
             : allocate_cuda(s.device, size);
     const Registration reg = dev.register_memory(memory->data(), size);
     File file(first.path, O_RDONLY, 0644,
-              dev.engine() == Engine::direct ? DirectIo::required : DirectIo::preferred);
+              needs_direct_io(dev.capabilities()) ? DirectIo::required : DirectIo::preferred);
     (void)file.read(reg, 0, size, 0);
-    if (dev.engine() == Engine::compat && options_.cache != CachePolicy::buffered &&
-        streams_enabled()) {
+    if (dev.capabilities().staged && options_.cache != CachePolicy::buffered && streams_enabled()) {
       (void)stream(s.device);  // its pinned staging is slow to allocate
     }
   }
@@ -418,7 +424,7 @@ std::shared_ptr<LoadedCheckpoint> Loader::load(Checkpoint checkpoint) {
     Device &dev = device(s.device);
     Target &t = targets[i];
     t.segment = &s;
-    t.memory = memory_of(dev.engine());
+    t.memory = memory_of(dev.capabilities());
     if (options_.allocate) {
       t.base = static_cast<std::byte *>(options_.allocate(s));
       if (t.base == nullptr) {
@@ -444,22 +450,26 @@ std::shared_ptr<LoadedCheckpoint> Loader::load(Checkpoint checkpoint) {
     work[t.segment->file].push_back(&t);
   }
   SharedState shared;
+  // A file is read the way the engine of its first segment reads.
+  const auto caps_of = [&](std::size_t f) {
+    return device(work[f].front()->segment->device).capabilities();
+  };
   // Files a compat GPU takes whole, opened with O_DIRECT: its stream's.
   std::vector<std::unique_ptr<File>> streamed_files;
   std::vector<std::unique_ptr<File>> opened(ckpt.files.size());  // buffered: for their worker
   std::map<int, std::vector<Streamed>> streams;
   if (streams_enabled()) {
     for (std::size_t f = 0; f < work.size(); ++f) {
-      const bool compat =
+      const bool staged =
           !work[f].empty() && std::all_of(work[f].begin(), work[f].end(), [&](const Target *t) {
-            return device(t->segment->device).engine() == Engine::compat;
+            return device(t->segment->device).capabilities().staged;
           });
-      if (!compat) {
+      if (!staged) {
         continue;
       }
       const FileHeader &header = ckpt.files[f];
       auto file = std::make_unique<File>(header.path, O_RDONLY, 0644,
-                                         open_mode(options_, Engine::compat, header.path, header));
+                                         open_mode(options_, caps_of(f), header.path, header));
       if (!file->direct_io()) {
         opened[f] = std::move(file);  // buffered: its worker reads it through File::read
         continue;
@@ -511,8 +521,7 @@ std::shared_ptr<LoadedCheckpoint> Loader::load(Checkpoint checkpoint) {
         continue;
       }
       try {
-        const Engine engine = device(work[f].front()->segment->device).engine();
-        read_file(ckpt.files[f], work[f], engine, std::move(opened[f]), options_, shared);
+        read_file(ckpt.files[f], work[f], caps_of(f), std::move(opened[f]), options_, shared);
       } catch (...) {
         record_failure();
       }

@@ -9,15 +9,15 @@
 #include <cstring>
 #include <string>
 
-#include "error.hpp"
+#include "core/error.hpp"
 #include "phoenix/config.h"
 #include "phoenix/safetensors.hpp"
 
 #if PHX_WITH_CUDA
-#include "config.hpp"
+#include "core/config.hpp"
 #include "cuda/driver_api.hpp"
 #include "cuda/gpu.hpp"
-#include "staging_pool.hpp"
+#include "engines/compat/staging_pool.hpp"
 #endif
 
 namespace phx::safetensors {

@@ -12,7 +12,7 @@
 #include <map>
 #include <string>
 
-#include "error.hpp"
+#include "core/error.hpp"
 #include "phoenix/safetensors.hpp"
 
 namespace phx::safetensors {

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "tsan_kernel_memory.hpp"
+#include "core/tsan_kernel_memory.hpp"
 
 namespace phx::detail {
 namespace {

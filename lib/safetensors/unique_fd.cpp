@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <string>
 
-#include "error.hpp"
+#include "core/error.hpp"
 
 namespace phx::detail {
 

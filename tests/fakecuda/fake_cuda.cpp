@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "tsan_kernel_memory.hpp"  // libphoenix's: rings may reuse these addresses
+#include "core/tsan_kernel_memory.hpp"  // libphoenix's: rings may reuse these addresses
 
 using CUresult = int;
 using CUdevice = int;

@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "device_state.hpp"
-#include "engine_cufile.hpp"
+#include "core/device_state.hpp"
+#include "engines/engine_backend.hpp"
 #include "gpu_support.hpp"
 #include "phoenix/phoenix.h"
 #include "phoenix/phoenix.hpp"
@@ -319,14 +319,13 @@ TEST_F(GpuTest, CufileBaselineAgrees) {
   EXPECT_EQ(mem.to_host(0, 8 << 20), host_pread(dir_ / "f", 8 << 20, 100));
   // Batch API: four pieces, out of order.
   mem.fill(0);
-  std::vector<detail::CufilePiece> pieces;
+  std::vector<detail::BatchPiece> pieces;
   for (std::size_t i = 0; i < 4; ++i) {
     pieces.push_back({(3 - i) * (2 << 20), i * (2 << 20), 2 << 20});
   }
   auto state = detail::DeviceState::open(0, Engine::cufile);
   auto mapping = state->register_range(mem.data(), mem.size());
-  const auto r =
-      detail::cufile_batch(state->backend(), detail::Direction::read, f.fd(), *mapping, pieces);
+  const auto r = state->backend().native_batch(detail::Direction::read, f.fd(), *mapping, pieces);
   ASSERT_EQ(r.error, 0) << r.detail;
   EXPECT_EQ(r.done, 8U << 20);
   for (std::size_t i = 0; i < 4; ++i) {

@@ -19,7 +19,7 @@
 #include <system_error>
 #include <vector>
 
-#include "cufile_loader.hpp"
+#include "engines/cufile/cufile_loader.hpp"
 
 namespace phx::kvcache {
 namespace {

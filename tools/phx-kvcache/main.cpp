@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "config.hpp"
+#include "core/config.hpp"
 #include "engine.hpp"
 #include "gpu.hpp"
 #include "kv_file.hpp"

@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: MIT
+#include "core/device_state.hpp"
+
+#include <cerrno>
+#include <utility>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace phx::detail {
+namespace {
+
+std::string describe_range(int device_id, const void *address, std::size_t size) {
+  char text[64] = {};
+  (void)std::snprintf(text, sizeof(text), "%p", address);
+  return "device " + std::to_string(device_id) + ": range " + text + " + " + std::to_string(size);
+}
+
+}  // namespace
+
+DeviceState::DeviceState(int id, std::unique_ptr<EngineBackend> backend, std::string reason)
+    : id_(id), backend_(std::move(backend)), reason_(std::move(reason)) {}
+
+std::shared_ptr<DeviceState> DeviceState::open(int device_id, Engine requested) {
+  const EngineChoice choice = choose_engine(device_id, requested);
+  auto state = std::make_shared<DeviceState>(device_id, make_backend(device_id, choice.engine),
+                                             choice.reason);
+  if (log_enabled(LogLevel::info)) {
+    log(LogLevel::info, "device " + std::to_string(device_id) + ": " +
+                            std::string(to_string(choice.engine)) + " engine (" + choice.reason +
+                            ")");
+  }
+  return state;
+}
+
+std::shared_ptr<Mapping> DeviceState::register_range(const void *address, std::size_t size) {
+  if (address == nullptr) {
+    throw_errno(EINVAL, describe_range(id_, address, size) + ": null address");
+  }
+  if (size == 0) {
+    throw_errno(EINVAL, describe_range(id_, address, size) + ": zero length");
+  }
+  const auto start = reinterpret_cast<std::uintptr_t>(address);
+  if (start + size < start) {
+    throw_errno(EINVAL, describe_range(id_, address, size) + ": wraps the address space");
+  }
+  if (const int err = table_.reserve(start, size); err != 0) {
+    throw_errno(err,
+                describe_range(id_, address, size) +
+                    (err == EEXIST ? ": already registered" : ": overlaps a live registration"));
+  }
+  try {
+    auto mapping = backend_->map(start, size);
+    table_.publish(mapping);
+    return mapping;
+  } catch (...) {
+    table_.cancel(start);
+    throw;
+  }
+}
+
+void DeviceState::deregister_range(const void *address, std::size_t size) {
+  const auto start = reinterpret_cast<std::uintptr_t>(address);
+  if (!table_.remove(start, size)) {
+    throw_errno(EINVAL, describe_range(id_, address, size) + ": not registered");
+  }
+}
+
+void DeviceState::forget(const Mapping &mapping) noexcept {
+  (void)table_.remove(mapping.device_address(), mapping.size(), &mapping);
+}
+
+void DeviceState::deregister_all() noexcept {
+  (void)table_.clear();
+}
+
+}  // namespace phx::detail

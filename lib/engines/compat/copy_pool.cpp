@@ -1,0 +1,405 @@
+// SPDX-License-Identifier: MIT
+#include "engines/compat/copy_pool.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <utility>
+
+#include "core/config.hpp"
+#include "core/error.hpp"
+#include "engines/compat/staging_pool.hpp"
+
+namespace phx::detail {
+
+struct CopyPool::Job {
+  Direction dir = Direction::read;
+  int fd = -1;
+  std::uintptr_t device = 0;
+  std::uint64_t file_offset = 0;
+  std::uint64_t end = 0;
+  IoPolicy policy;
+  std::size_t chunk = 0;
+  std::uint64_t base =
+      0;  // file_offset rounded down to the block: chunk i>0 starts at base + i*chunk
+  std::size_t count = 0;
+  std::size_t next = 0;  // guarded by the pool's mutex
+  std::vector<std::size_t> bytes;
+  std::vector<int> errors;
+  std::mutex mutex;
+  std::condition_variable all_done;
+  std::size_t finished = 0;
+  std::string detail;  // first CUDA failure, in words
+
+  void range(std::size_t i, std::uint64_t &offset, std::size_t &length) const noexcept {
+    const std::uint64_t start = i == 0 ? file_offset : base + i * chunk;
+    const std::uint64_t stop = std::min<std::uint64_t>(end, base + (i + 1) * chunk);
+    offset = start;
+    length = static_cast<std::size_t>(stop - start);
+  }
+
+  void complete(std::size_t i, std::size_t n, int err, std::string text = {}) noexcept {
+    const std::lock_guard lock(mutex);
+    bytes[i] = n;
+    errors[i] = err;
+    if (!text.empty() && detail.empty()) {
+      detail = std::move(text);
+    }
+    // Notify under the lock: the waiter destroys the job as soon as it sees
+    // the last completion.
+    if (++finished == count) {
+      all_done.notify_one();
+    }
+  }
+};
+
+namespace {
+
+// Per-worker staging: a pinned buffer and the event marking when its last
+// copy finished.
+struct Slot {
+  PinnedBuffer buffer;
+  cuda::CUevent event = nullptr;
+  bool busy = false;
+  CopyPool::Job *job = nullptr;
+  std::size_t index = 0;
+  std::size_t bytes = 0;
+  int error = 0;
+};
+
+struct WorkerResources {
+  cuda::CUstream stream = nullptr;
+  std::vector<cuda::CUevent> events;
+  std::vector<PinnedBuffer> buffers;
+};
+
+std::size_t round_up(std::size_t value, std::size_t to) {
+  return (value + to - 1) / to * to;
+}
+
+}  // namespace
+
+CopyPoolConfig copy_pool_config_from_env() {
+  CopyPoolConfig c;
+  c.threads = env_size("PHX_NTHREADS", kDefaultCompatThreads, 1, 256);
+  const bool chunk_set = env_string("PHX_CHUNK_SIZE").has_value();
+  c.chunk =
+      round_up(env_size("PHX_CHUNK_SIZE", kDefaultCompatChunk, 4096, std::size_t{1} << 30), 4096);
+  c.direct_chunk = chunk_set ? c.chunk : kDefaultCompatDirectChunk;
+  // PHX_QUEUE_DEPTH counts chunks in flight per device; each worker gets its
+  // share, at least two (one being read while the other is copied).
+  const std::size_t total = env_size("PHX_QUEUE_DEPTH", kDefaultCompatDepth * c.threads, 1, 32768);
+  c.depth = std::clamp<std::size_t>((total + c.threads - 1) / c.threads, 2, 16);
+  return c;
+}
+
+CopyPool::CopyPool(std::shared_ptr<const cuda::Gpu> gpu, CopyPoolConfig config)
+    : gpu_(std::move(gpu)), config_(config) {
+  const cuda::Driver &d = *cuda::driver();
+  std::vector<WorkerResources> resources(config_.threads);
+  {
+    const cuda::ScopedContext scope(gpu_->context());
+    for (auto &r : resources) {
+      cuda::check(d.StreamCreate(&r.stream, cuda::kStreamNonBlocking), "cuStreamCreate");
+      r.events.resize(config_.depth);
+      for (auto &e : r.events) {
+        cuda::check(d.EventCreate(&e, cuda::kEventBlockingSync | cuda::kEventDisableTiming),
+                    "cuEventCreate");
+        // All staging up front: the first transfer pays once, later ones never.
+        r.buffers.emplace_back(std::max(config_.chunk, config_.direct_chunk));
+      }
+    }
+  }
+  {
+    const cuda::ScopedContext scope(gpu_->context());
+    lanes_.resize(kInlineLanes);
+    for (Lane &lane : lanes_) {
+      lane.buffer = PinnedBuffer(kInlineBytes);
+      cuda::check(d.StreamCreate(&lane.stream, cuda::kStreamNonBlocking), "cuStreamCreate");
+      cuda::check(d.EventCreate(&lane.event, cuda::kEventBlockingSync | cuda::kEventDisableTiming),
+                  "cuEventCreate");
+      free_lanes_.push_back(&lane);
+    }
+  }
+  threads_.reserve(config_.threads);
+  for (std::size_t i = 0; i < config_.threads; ++i) {
+    threads_.emplace_back([this, r = std::move(resources[i])]() mutable {
+      worker(r.stream, std::move(r.events), std::move(r.buffers));
+    });
+  }
+}
+
+CopyPool::~CopyPool() {
+  {
+    const std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  work_.notify_all();
+  for (auto &t : threads_) {
+    t.join();
+  }
+  const cuda::Driver &d = *cuda::driver();
+  const cuda::ScopedContext scope(gpu_->context());
+  for (Lane &lane : lanes_) {
+    if (lane.event != nullptr) {
+      (void)d.EventDestroy(lane.event);
+    }
+    if (lane.stream != nullptr) {
+      (void)d.StreamDestroy(lane.stream);
+    }
+  }
+}
+
+CopyPool::Lane *CopyPool::take_lane() noexcept {
+  const std::lock_guard lock(lanes_mutex_);
+  if (free_lanes_.empty()) {
+    return nullptr;
+  }
+  Lane *lane = free_lanes_.back();
+  free_lanes_.pop_back();
+  return lane;
+}
+
+void CopyPool::give_lane(Lane *lane) noexcept {
+  const std::lock_guard lock(lanes_mutex_);
+  free_lanes_.push_back(lane);  // capacity reserved: lanes_ never grows
+}
+
+TransferResult CopyPool::run_inline(Lane &lane, Direction dir, int fd, std::uintptr_t device,
+                                    std::size_t size, std::uint64_t file_offset,
+                                    const IoPolicy &policy) noexcept {
+  const cuda::Driver &d = *cuda::driver();
+  const auto failed = [](TransferResult r, cuda::CUresult c, const char *call) {
+    r.error = cuda::to_errno(c);
+    try {
+      r.detail = cuda::error_text(call, c);
+    } catch (...) {
+    }
+    return r;
+  };
+  TransferResult result;
+  try {
+    const cuda::ScopedContext scope(gpu_->context());
+    if (dir == Direction::read) {
+      result = transfer(Direction::read, fd, lane.buffer.data(), size, file_offset, policy);
+      if (result.done == 0) {
+        return result;
+      }
+      if (const cuda::CUresult c =
+              d.MemcpyHtoDAsync(device, lane.buffer.data(), result.done, lane.stream);
+          c != cuda::kSuccess) {
+        return failed({}, c, "cuMemcpyHtoDAsync");
+      }
+    } else if (const cuda::CUresult c =
+                   d.MemcpyDtoHAsync(lane.buffer.data(), device, size, lane.stream);
+               c != cuda::kSuccess) {
+      return failed({}, c, "cuMemcpyDtoHAsync");
+    }
+    if (const cuda::CUresult c = d.EventRecord(lane.event, lane.stream); c != cuda::kSuccess) {
+      (void)d.StreamSynchronize(lane.stream);
+      return failed({}, c, "cuEventRecord");
+    }
+    if (const cuda::CUresult c = cuda::wait_event(lane.event); c != cuda::kSuccess) {
+      return failed({}, c, "cuEventSynchronize");
+    }
+    if (dir == Direction::write) {
+      result = transfer(Direction::write, fd, lane.buffer.data(), size, file_offset, policy);
+    }
+  } catch (const std::system_error &e) {
+    result = {};
+    result.error = e.code().value();
+  } catch (...) {
+    result = {};
+    result.error = EIO;
+  }
+  return result;
+}
+
+bool CopyPool::take(Task &task, bool wait) {
+  std::unique_lock lock(mutex_);
+  if (wait) {
+    work_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+  }
+  if (queue_.empty()) {
+    return false;
+  }
+  Job *job = queue_.front();
+  task = {job, job->next++};
+  if (job->next == job->count) {
+    queue_.pop_front();
+  }
+  return true;
+}
+
+void CopyPool::worker(cuda::CUstream stream, std::vector<cuda::CUevent> events,
+                      std::vector<PinnedBuffer> buffers) noexcept {
+  const cuda::Driver &d = *cuda::driver();
+  try {
+    gpu_->make_current();
+  } catch (...) {
+    // Without a context every copy fails below and says so.
+  }
+  std::vector<Slot> slots(events.size());
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    slots[i].event = events[i];
+    slots[i].buffer = std::move(buffers[i]);
+  }
+  const auto fail_cuda = [](Job &job, std::size_t index, cuda::CUresult r, const char *call) {
+    std::string text;
+    try {
+      text = cuda::error_text(call, r);
+    } catch (...) {
+    }
+    job.complete(index, 0, cuda::to_errno(r), std::move(text));
+  };
+  // Copy finished: a read chunk is done; a write chunk can go to the file.
+  const auto retire = [&](Slot &s) {
+    s.busy = false;
+    Job &job = *s.job;
+    if (const cuda::CUresult r = cuda::wait_event(s.event); r != cuda::kSuccess) {
+      fail_cuda(job, s.index, r, "cuEventSynchronize");
+      return;
+    }
+    if (job.dir == Direction::read) {
+      job.complete(s.index, s.bytes, s.error);
+      return;
+    }
+    std::uint64_t offset = 0;
+    std::size_t length = 0;
+    job.range(s.index, offset, length);
+    TransferResult w =
+        transfer(Direction::write, job.fd, s.buffer.data(), length, offset, job.policy);
+    job.complete(s.index, w.done, w.error);
+  };
+  const auto start = [&](Slot &s, Task task) {
+    Job &job = *task.job;
+    std::uint64_t offset = 0;
+    std::size_t length = 0;
+    job.range(task.index, offset, length);
+    const cuda::CUdeviceptr device = job.device + (offset - job.file_offset);
+    std::size_t copy = length;
+    if (job.dir == Direction::read) {
+      const TransferResult r =
+          transfer(Direction::read, job.fd, s.buffer.data(), length, offset, job.policy);
+      if (r.done == 0) {
+        job.complete(task.index, 0, r.error);
+        return;
+      }
+      s.bytes = r.done;
+      s.error = r.error;
+      copy = r.done;
+      if (const cuda::CUresult c = d.MemcpyHtoDAsync(device, s.buffer.data(), copy, stream);
+          c != cuda::kSuccess) {
+        fail_cuda(job, task.index, c, "cuMemcpyHtoDAsync");
+        return;
+      }
+    } else if (const cuda::CUresult c = d.MemcpyDtoHAsync(s.buffer.data(), device, copy, stream);
+               c != cuda::kSuccess) {
+      fail_cuda(job, task.index, c, "cuMemcpyDtoHAsync");
+      return;
+    }
+    if (const cuda::CUresult c = d.EventRecord(s.event, stream); c != cuda::kSuccess) {
+      (void)d.StreamSynchronize(stream);
+      fail_cuda(job, task.index, c, "cuEventRecord");
+      return;
+    }
+    s.busy = true;
+    s.job = &job;
+    s.index = task.index;
+  };
+
+  std::size_t cursor = 0;
+  const auto any_busy = [&] {
+    return std::any_of(slots.begin(), slots.end(), [](const Slot &s) { return s.busy; });
+  };
+  for (;;) {
+    Task task;
+    const bool pending = any_busy();
+    if (take(task, !pending)) {
+      Slot &s = slots[cursor];
+      cursor = (cursor + 1) % slots.size();
+      if (s.busy) {
+        retire(s);
+      }
+      start(s, task);
+      continue;
+    }
+    if (!pending) {
+      break;  // stopping, nothing queued, nothing in flight
+    }
+    // Nothing new: finish what is in flight, oldest first.
+    for (std::size_t k = 0; k < slots.size(); ++k) {
+      Slot &s = slots[(cursor + k) % slots.size()];
+      if (s.busy) {
+        retire(s);
+      }
+    }
+  }
+  const cuda::ScopedContext scope(gpu_->context());
+  for (auto &s : slots) {
+    (void)d.EventDestroy(s.event);
+  }
+  (void)d.StreamDestroy(stream);
+}
+
+TransferResult CopyPool::run(Direction dir, int fd, std::uintptr_t device, std::size_t size,
+                             std::uint64_t file_offset, const IoPolicy &policy) noexcept {
+  if (size == 0) {
+    return {};
+  }
+  if (size <= kInlineBytes) {
+    if (Lane *lane = take_lane(); lane != nullptr) {
+      TransferResult r = run_inline(*lane, dir, fd, device, size, file_offset, policy);
+      give_lane(lane);
+      return r;
+    }
+  }
+  try {
+    Job job;
+    job.dir = dir;
+    job.fd = fd;
+    job.device = device;
+    job.file_offset = file_offset;
+    job.end = file_offset + size;
+    job.policy = policy;
+    const std::size_t block = policy.direct ? std::max<std::size_t>(policy.offset_align, 1) : 1;
+    const std::size_t chunk = policy.direct ? config_.direct_chunk : config_.chunk;
+    job.chunk = std::max(block, chunk / block * block);
+    job.base = file_offset - file_offset % block;
+    job.count = static_cast<std::size_t>((job.end - job.base + job.chunk - 1) / job.chunk);
+    job.bytes.assign(job.count, 0);
+    job.errors.assign(job.count, 0);
+    {
+      const std::lock_guard lock(mutex_);
+      queue_.push_back(&job);
+    }
+    if (job.count == 1) {
+      work_.notify_one();
+    } else {
+      work_.notify_all();
+    }
+    std::unique_lock lock(job.mutex);
+    job.all_done.wait(lock, [&job] { return job.finished == job.count; });
+    TransferResult result;
+    for (std::size_t i = 0; i < job.count; ++i) {
+      std::uint64_t offset = 0;
+      std::size_t length = 0;
+      job.range(i, offset, length);
+      result.done += job.bytes[i];
+      if (job.errors[i] != 0) {
+        result.error = job.errors[i];
+        result.detail = job.detail;
+        break;
+      }
+      if (job.bytes[i] < length) {
+        break;  // end of file
+      }
+    }
+    return result;
+  } catch (...) {
+    TransferResult failed;
+    failed.error = ENOMEM;
+    return failed;
+  }
+}
+
+}  // namespace phx::detail

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: MIT
+// The compat engine's data mover: threads that read file chunks into pinned
+// staging buffers and copy them to the GPU with cuMemcpyHtoDAsync on their
+// own streams (writes: the reverse), each thread keeping several chunks in
+// flight so that file I/O and PCIe copies overlap.  Every transfer of every
+// caller is cut into chunks whose boundaries are aligned to the file's
+// O_DIRECT block, so parallel chunks never share a block.  Small transfers
+// (one chunk of at most kInlineBytes) run on the caller's thread through
+// one of a few inline lanes when one is free: handing them to a worker and
+// back costs two thread wake-ups, more than the copy itself.
+#ifndef PHOENIX_LIB_COPY_POOL_HPP
+#define PHOENIX_LIB_COPY_POOL_HPP
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "cuda/gpu.hpp"
+#include "engines/compat/staging_pool.hpp"
+#include "io/aligned_io.hpp"
+
+namespace phx::detail {
+
+struct CopyPoolConfig {
+  std::size_t threads = 0;       ///< worker threads
+  std::size_t chunk = 0;         ///< bytes per chunk (one pread/pwrite, one copy)
+  std::size_t direct_chunk = 0;  ///< the same for O_DIRECT descriptors
+  std::size_t depth = 0;         ///< chunks in flight per worker (staging buffers each)
+};
+
+/// PHX_NTHREADS, PHX_CHUNK_SIZE, PHX_QUEUE_DEPTH with the compat defaults.
+/// Throws std::system_error(EINVAL) on malformed values.
+[[nodiscard]] CopyPoolConfig copy_pool_config_from_env();
+
+class CopyPool {
+ public:
+  /// Allocates all staging memory (threads x depth x chunk, pinned) and
+  /// starts the workers.  Throws std::system_error.
+  CopyPool(std::shared_ptr<const cuda::Gpu> gpu, CopyPoolConfig config);
+  ~CopyPool();
+  CopyPool(const CopyPool &) = delete;
+  CopyPool &operator=(const CopyPool &) = delete;
+  CopyPool(CopyPool &&) = delete;
+  CopyPool &operator=(CopyPool &&) = delete;
+
+  [[nodiscard]] const CopyPoolConfig &config() const noexcept { return config_; }
+
+  /// Moves @p size bytes between @p fd at @p file_offset and device memory at
+  /// @p device.  Blocks until done.  Reads stop early only at end of file.
+  [[nodiscard]] TransferResult run(Direction dir, int fd, std::uintptr_t device, std::size_t size,
+                                   std::uint64_t file_offset, const IoPolicy &policy) noexcept;
+
+  struct Job;
+
+  /// Largest transfer an inline lane takes; lanes in the pool.
+  static constexpr std::size_t kInlineBytes = std::size_t{1} << 20;
+  static constexpr std::size_t kInlineLanes = 4;
+
+ private:
+  struct Lane {
+    PinnedBuffer buffer;
+    cuda::CUstream stream = nullptr;
+    cuda::CUevent event = nullptr;
+  };
+  [[nodiscard]] Lane *take_lane() noexcept;
+  void give_lane(Lane *lane) noexcept;
+  [[nodiscard]] TransferResult run_inline(Lane &lane, Direction dir, int fd, std::uintptr_t device,
+                                          std::size_t size, std::uint64_t file_offset,
+                                          const IoPolicy &policy) noexcept;
+
+  struct Task {
+    Job *job = nullptr;
+    std::size_t index = 0;
+  };
+  void worker(cuda::CUstream stream, std::vector<cuda::CUevent> events,
+              std::vector<PinnedBuffer> buffers) noexcept;
+  bool take(Task &task, bool wait);
+
+  std::shared_ptr<const cuda::Gpu> gpu_;
+  CopyPoolConfig config_;
+  std::mutex mutex_;
+  std::condition_variable work_;
+  std::deque<Job *> queue_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+  std::vector<Lane> lanes_;
+  std::mutex lanes_mutex_;
+  std::vector<Lane *> free_lanes_;
+};
+
+}  // namespace phx::detail
+
+#endif  // PHOENIX_LIB_COPY_POOL_HPP

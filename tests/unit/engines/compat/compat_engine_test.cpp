@@ -1,0 +1,406 @@
+// SPDX-License-Identifier: MIT
+// The compat engine (pinned staging + copies to the GPU) on the fake CUDA
+// driver (tests/fakecuda): every size and alignment byte for byte, both
+// directions, end of file, concurrency, refusals, injected CUDA failures,
+// stream order and handle leaks.  The same engine on a real GPU is
+// tests/gpu; here it runs in CI and under the sanitizers.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "fake_gpu.hpp"
+#include "phoenix/phoenix.hpp"
+#include "test_support.hpp"
+
+namespace phx::test {
+namespace {
+
+constexpr std::uint64_t kSeed = 41;
+
+using CompatEngine = FakeGpuTest;
+
+// Zeroed fake device memory registered on compat device 0.
+struct Zeroed {
+  explicit Zeroed(std::size_t size)
+      : memory(std::make_unique<FakeDeviceMemory>(size)), dev(Device::open(0, Engine::compat)) {
+    memory->fill(std::byte{0});
+    reg = dev.register_memory(memory->data(), memory->size());
+  }
+  std::unique_ptr<FakeDeviceMemory> memory;
+  Device dev;
+  Registration reg;
+};
+
+std::vector<std::byte> pattern(std::size_t size, std::uint64_t offset) {
+  std::vector<std::byte> out(size);
+  fill_pattern(out, kSeed, offset);
+  return out;
+}
+
+// What a read of [file_offset, +size) into reg_offset must leave in memory
+// that held @fill: the file's bytes there, @fill everywhere else.
+void expect_read_landed(const std::vector<std::byte> &memory, std::size_t reg_offset,
+                        std::size_t size, std::uint64_t file_offset, std::byte fill) {
+  const auto found = find_mismatch({memory.data() + reg_offset, size}, kSeed, file_offset);
+  ASSERT_FALSE(found.has_value()) << "byte " << *found << " of the read differs from the file";
+  for (std::size_t i = 0; i < memory.size(); ++i) {
+    if (i < reg_offset || i >= reg_offset + size) {
+      ASSERT_EQ(memory[i], fill) << "byte " << i << " outside the read changed";
+    }
+  }
+}
+
+struct Shape {
+  std::size_t size;
+  std::uint64_t file_offset;
+  std::size_t reg_offset;
+};
+
+// Readable parameters in ctest's listing.
+void PrintTo(const Shape &s, std::ostream *os) {
+  *os << s.size << " bytes at " << s.file_offset << " into " << s.reg_offset;
+}
+
+std::string shape_name(const ::testing::TestParamInfo<std::tuple<DirectIo, Shape>> &info) {
+  const DirectIo direct = std::get<0>(info.param);
+  const Shape shape = std::get<1>(info.param);
+  return std::string(direct == DirectIo::off ? "Buffered" : "Direct") + "_" +
+         std::to_string(shape.size) + "_at_" + std::to_string(shape.file_offset) + "_into_" +
+         std::to_string(shape.reg_offset);
+}
+
+class CompatShapes : public CompatEngine,
+                     public ::testing::WithParamInterface<std::tuple<DirectIo, Shape>> {};
+
+// Inline lanes (<= 1 MiB), one chunk, many chunks, unaligned everything.
+INSTANTIATE_TEST_SUITE_P(
+    FakeGpu, CompatShapes,
+    ::testing::Combine(::testing::Values(DirectIo::preferred, DirectIo::off),
+                       ::testing::Values(Shape{1, 0, 0}, Shape{4096, 4096, 0}, Shape{4095, 777, 3},
+                                         Shape{std::size_t{1} << 20, 0, 0},
+                                         Shape{(std::size_t{1} << 20) + 1, 4096, 4096},
+                                         Shape{(std::size_t{5} << 20) + 123, 1000, 12345},
+                                         Shape{(std::size_t{37} << 20) + 7, 8192, 0})),
+    shape_name);
+
+TEST_F(CompatEngine, IoRequestIsRefusedWithoutAHostView) {
+  Zeroed z(4096);
+  write_pattern_file(dir_ / "in", 4096, kSeed);
+  File f(dir_ / "in", O_RDONLY);
+  EXPECT_FALSE(z.dev.capabilities().host_view);
+  EXPECT_EQ(z.reg.host_view(), nullptr);
+  try {
+    (void)IoRequest::read(f, z.reg, 0, 4096, 0);
+    FAIL() << "expected ENOTSUP";
+  } catch (const std::system_error &e) {
+    EXPECT_EQ(e.code().value(), ENOTSUP);
+    EXPECT_NE(std::string(e.what()).find("IoRequest: the compat engine has no host view"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_P(CompatShapes, ReadsLandByteForByte) {
+  const auto [direct, shape] = GetParam();
+  const std::size_t mem_size = shape.reg_offset + shape.size + 4096;
+  write_pattern_file(dir_ / "in", shape.file_offset + shape.size + 5000, kSeed);
+  FakeDeviceMemory mem(mem_size);
+  mem.fill(std::byte{0xee});
+  auto dev = Device::open(0, Engine::compat);
+  auto reg = dev.register_memory(mem.data(), mem.size());
+  File f(dir_ / "in", O_RDONLY, 0644, direct);
+  ASSERT_EQ(f.read(reg, shape.reg_offset, shape.size, shape.file_offset), shape.size);
+  expect_read_landed(mem.download(), shape.reg_offset, shape.size, shape.file_offset,
+                     std::byte{0xee});
+}
+
+TEST_P(CompatShapes, WritesLandByteForByte) {
+  const auto [direct, shape] = GetParam();
+  FakeDeviceMemory mem(shape.reg_offset + shape.size);
+  mem.upload(pattern(shape.size, shape.file_offset), shape.reg_offset);
+  auto dev = Device::open(0, Engine::compat);
+  auto reg = dev.register_memory(mem.data(), mem.size());
+  {
+    File f(dir_ / "out", O_RDWR | O_CREAT, 0644, direct);
+    ASSERT_EQ(f.write(reg, shape.reg_offset, shape.size, shape.file_offset), shape.size);
+  }
+  const auto file = read_whole_file(dir_ / "out");
+  ASSERT_EQ(file.size(), shape.file_offset + shape.size);
+  const auto found =
+      find_mismatch({file.data() + shape.file_offset, shape.size}, kSeed, shape.file_offset);
+  EXPECT_FALSE(found.has_value()) << "file byte " << *found << " is not what the GPU held";
+}
+
+TEST_F(CompatEngine, EndOfFileGivesShortReads) {
+  constexpr std::size_t kFile = (std::size_t{3} << 20) + 999;
+  write_pattern_file(dir_ / "in", kFile, kSeed);
+  const Zeroed z(std::size_t{8} << 20);
+  FakeDeviceMemory &mem = *z.memory;
+  const Registration &reg = z.reg;
+  File f(dir_ / "in", O_RDONLY);
+  EXPECT_EQ(f.read(reg, 0, std::size_t{8} << 20, 4096), kFile - 4096);
+  expect_read_landed(mem.download(), 0, kFile - 4096, 4096, std::byte{0});
+  EXPECT_EQ(f.read(reg, 0, 4096, kFile), 0U);
+}
+
+TEST_F(CompatEngine, ThreadsShareOneRegistration) {
+  constexpr std::size_t kPiece = (std::size_t{2} << 20) + 4096;
+  constexpr int kThreads = 8;
+  write_pattern_file(dir_ / "in", kPiece * kThreads, kSeed);
+  const Zeroed z(kPiece * kThreads);
+  FakeDeviceMemory &mem = *z.memory;
+  const Registration &reg = z.reg;
+  File f(dir_ / "in", O_RDONLY);
+  std::vector<std::size_t> got(kThreads, 0);
+  {
+    std::vector<std::jthread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        // Interleaved pieces: neighbours in memory are read by different threads.
+        const auto i = static_cast<std::size_t>((t * 3) % kThreads);
+        got[static_cast<std::size_t>(t)] = f.read(reg, i * kPiece, kPiece, i * kPiece);
+      });
+    }
+  }
+  for (const std::size_t n : got) {
+    EXPECT_EQ(n, kPiece);
+  }
+  expect_read_landed(mem.download(), 0, kPiece * kThreads, 0, std::byte{0});
+}
+
+TEST_F(CompatEngine, RefusesWhatIsNotDeviceMemoryOfItsGpu) {
+  auto dev = Device::open(0, Engine::compat);
+  const auto refused = [&](void *address, std::size_t size, int err, const std::string &words) {
+    try {
+      (void)dev.register_memory(address, size);
+      ADD_FAILURE() << "registered " << words;
+    } catch (const std::system_error &e) {
+      EXPECT_EQ(e.code().value(), err) << e.what();
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  AlignedBuffer host(8192);
+  refused(host.data(), host.size(), EFAULT, "is not CUDA memory");
+  void *pinned = nullptr;
+  {
+    const FakeContext scope(fake_ordinal(0));
+    ASSERT_EQ(cuMemHostAlloc(&pinned, 8192, 0), 0);
+  }
+  refused(pinned, 8192, EFAULT, "host memory known to CUDA");
+  ASSERT_EQ(cuMemFreeHost(pinned), 0);
+  FakeDeviceMemory mem(65536);
+  refused(mem.data(), 65536 + 4096, EFAULT, "runs past the end of its CUDA allocation");
+  FakeDeviceMemory other(65536, 1);
+  refused(other.data(), 65536, EINVAL, "is memory of CUDA GPU " + std::to_string(fake_ordinal(1)));
+}
+
+// Freed behind the library's back, and then allocated again at the same
+// address (as a caching allocator would): I/O through the old registration
+// must fail, not write into the new owner's memory.
+TEST_F(CompatEngine, IoIntoFreedOrReallocatedMemoryFailsClearly) {
+  write_pattern_file(dir_ / "in", 65536, kSeed);
+  auto mem = std::make_unique<FakeDeviceMemory>(65536);
+  auto dev = Device::open(0, Engine::compat);
+  auto reg = dev.register_memory(mem->data(), mem->size());
+  void *const address = mem->data();
+  mem->release();
+  File f(dir_ / "in", O_RDONLY);
+  const auto refused = [&](const char *when) {
+    try {
+      (void)f.read(reg, 0, 65536, 0);
+      ADD_FAILURE() << "read into memory " << when << " succeeded";
+    } catch (const std::system_error &e) {
+      EXPECT_EQ(e.code().value(), EFAULT) << e.what();
+      EXPECT_NE(std::string(e.what()).find("freed while registered"), std::string::npos)
+          << e.what();
+    }
+  };
+  refused("freed");
+  const FakeDeviceMemory next(65536);
+  ASSERT_EQ(next.data(), address) << "the fake driver did not hand the address out again";
+  next.fill(std::byte{0x77});
+  refused("freed and allocated again");
+  const auto untouched = next.download();
+  EXPECT_EQ(std::count(untouched.begin(), untouched.end(), std::byte{0x77}), 65536)
+      << "the new allocation's bytes changed";
+  // Once the stale registration is gone, the new allocation registers and works.
+  reg.release();
+  auto fresh = dev.register_memory(next.data(), next.size());
+  EXPECT_EQ(f.read(fresh, 0, 65536, 0), 65536U);
+}
+
+// read_async/write_async on memory freed since it was registered are
+// refused when called, with the file, offset and size named.
+TEST_F(CompatEngine, AsyncIoIntoFreedMemoryIsRefused) {
+  write_pattern_file(dir_ / "in", 65536, kSeed);
+  auto mem = std::make_unique<FakeDeviceMemory>(65536);
+  auto dev = Device::open(0, Engine::compat);
+  auto reg = dev.register_memory(mem->data(), mem->size());
+  mem.reset();
+  const FakeDeviceMemory next(65536);  // most likely at the same address
+  File f(dir_ / "in", O_RDWR);
+  const FakeStream stream;
+  ssize_t done = -7;
+  for (const bool write : {false, true}) {
+    try {
+      if (write) {
+        f.write_async(reg, 0, 65536, 0, &done, stream.get());
+      } else {
+        f.read_async(reg, 0, 65536, 4096, &done, stream.get());
+      }
+      ADD_FAILURE() << (write ? "write_async" : "read_async") << " on freed memory was accepted";
+    } catch (const std::system_error &e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.code().value(), EFAULT) << what;
+      EXPECT_NE(what.find("freed while registered"), std::string::npos) << what;
+      EXPECT_NE(what.find("65536"), std::string::npos) << what;
+    }
+  }
+  stream.synchronize();
+  EXPECT_EQ(done, -7) << "a refused operation reported a result";
+}
+
+// A copy the driver refuses fails the read with the file, offset and size
+// named, and the next read is whole: no chunk is left behind.
+TEST_F(CompatEngine, CudaCopyFailureIsReportedAndRecovered) {
+  constexpr std::size_t kSize = (std::size_t{40} << 20) + 4096;  // several chunks
+  write_pattern_file(dir_ / "in", kSize, kSeed);
+  const Zeroed z(kSize);
+  FakeDeviceMemory &mem = *z.memory;
+  const Registration &reg = z.reg;
+  File f(dir_ / "in", O_RDONLY);
+  // An inline lane's only copy, then a worker's second chunk.
+  for (const auto &[size, nth] : {std::pair{std::size_t{65536}, 1U}, std::pair{kSize, 2U}}) {
+    phx_fake_cuda_fail_call("cuMemcpyHtoDAsync", nth, 999);
+    try {
+      (void)f.read(reg, 0, size, 0);
+      ADD_FAILURE() << "a failed copy went unnoticed (" << size << " bytes)";
+    } catch (const std::system_error &e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("in"), std::string::npos) << what;
+      EXPECT_NE(what.find(std::to_string(size)), std::string::npos) << what;
+    }
+    phx_fake_cuda_clear_failures();
+  }
+  ASSERT_EQ(f.read(reg, 0, kSize, 0), kSize);
+  expect_read_landed(mem.download(), 0, kSize, 0, std::byte{0});
+}
+
+// Slow copies: a read may return only once its copies are done, not when
+// the file's bytes are in staging (the download does not wait for streams).
+TEST_F(CompatEngine, ReadsWaitForTheirCopies) {
+  constexpr std::size_t kSize = (std::size_t{40} << 20) + 4096;
+  write_pattern_file(dir_ / "in", kSize, kSeed);
+  FakeDeviceMemory mem(kSize);
+  auto dev = Device::open(0, Engine::compat);
+  auto reg = dev.register_memory(mem.data(), mem.size());
+  File f(dir_ / "in", O_RDONLY);
+  phx_fake_cuda_set_op_delay_us(200000);                       // far longer than a download takes
+  for (const std::size_t size : {std::size_t{4096}, kSize}) {  // an inline lane, the workers
+    mem.fill(std::byte{0});
+    ASSERT_EQ(f.read(reg, 0, size, 0), size);
+    const auto memory = mem.download();
+    const auto found = find_mismatch({memory.data(), size}, kSeed, 0);
+    ASSERT_FALSE(found.has_value()) << "byte " << *found << " of " << size << " not copied yet";
+  }
+}
+
+TEST_F(CompatEngine, ReadAsyncRunsAfterTheWorkBeforeIt) {
+  constexpr std::size_t kSize = (std::size_t{12} << 20) + 77;
+  write_pattern_file(dir_ / "in", kSize + 1000, kSeed);
+  const Zeroed z(kSize);
+  FakeDeviceMemory &mem = *z.memory;
+  const Registration &reg = z.reg;
+  File f(dir_ / "in", O_RDONLY);
+  const FakeStream stream;
+  ssize_t done = -7;
+  // A slow "kernel" fills the buffer first: the read must land after it.
+  ASSERT_EQ(phx_fake_cuda_enqueue_fill(stream.get(), mem.device_pointer(), kSize, 0x11, 200000), 0);
+  f.read_async(reg, 0, kSize, 1000, &done, stream.get());
+  stream.synchronize();
+  ASSERT_EQ(done, static_cast<ssize_t>(kSize));
+  const auto memory = mem.download();
+  const auto found = find_mismatch(memory, kSeed, 1000);
+  EXPECT_FALSE(found.has_value()) << "byte " << *found << " is not the file's";
+}
+
+// The stream's later work (here a copy back) must wait for the file's
+// bytes, not only for the read to be enqueued.
+TEST_F(CompatEngine, WorkAfterReadAsyncSeesTheFile) {
+  constexpr std::size_t kSize = (std::size_t{40} << 20) + 4096;
+  write_pattern_file(dir_ / "in", kSize, kSeed);
+  const Zeroed z(kSize);
+  FakeDeviceMemory &mem = *z.memory;
+  const Registration &reg = z.reg;
+  File f(dir_ / "in", O_RDONLY);
+  const FakeStream stream;
+  ssize_t done = -7;
+  f.read_async(reg, 0, kSize, 0, &done, stream.get());
+  std::vector<std::byte> seen(kSize);
+  ASSERT_EQ(cuMemcpyDtoHAsync_v2(seen.data(), mem.device_pointer(), kSize, stream.get()), 0);
+  stream.synchronize();
+  ASSERT_EQ(done, static_cast<ssize_t>(kSize));
+  const auto found = find_mismatch(seen, kSeed, 0);
+  EXPECT_FALSE(found.has_value()) << "the copy after the read saw byte " << *found
+                                  << " before the file's";
+}
+
+TEST_F(CompatEngine, WriteAsyncWritesWhatTheStreamProduced) {
+  constexpr std::size_t kSize = (std::size_t{10} << 20) + 123;
+  const Zeroed z(kSize);
+  FakeDeviceMemory &mem = *z.memory;
+  const Registration &reg = z.reg;
+  File f(dir_ / "out", O_RDWR | O_CREAT);
+  const FakeStream stream;
+  ssize_t done = -7;
+  ASSERT_EQ(phx_fake_cuda_enqueue_fill(stream.get(), mem.device_pointer(), kSize, 0x5a, 200000), 0);
+  f.write_async(reg, 0, kSize, 4096, &done, stream.get());
+  stream.synchronize();
+  ASSERT_EQ(done, static_cast<ssize_t>(kSize));
+  const auto file = read_whole_file(dir_ / "out");
+  ASSERT_EQ(file.size(), kSize + 4096);
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < kSize; ++i) {
+    wrong += file[4096 + i] != std::byte{0x5a} ? 1 : 0;
+  }
+  EXPECT_EQ(wrong, 0U) << "bytes of the file that are not what the stream wrote before";
+}
+
+// Opening, using and closing devices leaves no stream, event, pinned or
+// device memory or context behind (the first round may set up per-process
+// state, so the second is compared with the first).
+TEST_F(CompatEngine, DevicesLeaveNoHandlesBehind) {
+  write_pattern_file(dir_ / "in", std::size_t{3} << 20, kSeed);
+  const auto round = [&] {
+    FakeDeviceMemory mem(std::size_t{3} << 20);
+    auto dev = Device::open(0, Engine::compat);
+    auto reg = dev.register_memory(mem.data(), mem.size());
+    File f(dir_ / "in", O_RDONLY);
+    EXPECT_EQ(f.read(reg, 0, std::size_t{3} << 20, 0), std::size_t{3} << 20);
+    EXPECT_EQ(f.read(reg, 0, 4096, 0), 4096U);
+  };
+  round();
+  const auto before = fake_counts();
+  round();
+  round();
+  const auto after = fake_counts();
+  EXPECT_EQ(after.streams, before.streams);
+  EXPECT_EQ(after.events, before.events);
+  EXPECT_EQ(after.host_allocs, before.host_allocs);
+  EXPECT_EQ(after.device_allocs, before.device_allocs);
+  EXPECT_EQ(after.contexts, before.contexts);
+  EXPECT_GT(after.copies, before.copies);
+}
+
+}  // namespace
+}  // namespace phx::test
