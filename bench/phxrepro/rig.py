@@ -34,7 +34,7 @@ def build_static_tools(root: pathlib.Path, build: pathlib.Path) -> list[str]:
     if not (build / "CMakeCache.txt").exists():
         _run(["cmake", "-S", root, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
               "-DPHX_WITH_CUDA=OFF", "-DPHX_BUILD_TESTS=OFF", "-DPHX_BUILD_EXAMPLES=OFF",
-              "-DPHX_BUILD_BENCH=OFF", "-DPHX_BUILD_PYTHON=OFF", "-DPHX_STATIC_EXECUTABLES=ON"],
+              "-DPHX_BUILD_PYTHON=OFF", "-DPHX_STATIC_EXECUTABLES=ON"],
              stdout=subprocess.DEVNULL)
     built = []
     listing = subprocess.run(["cmake", "--build", build, "--target", "help"], check=True,

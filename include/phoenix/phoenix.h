@@ -72,10 +72,12 @@ typedef enum phxfs_engine {
 
 /**
  * phxfs_open - open device @device_id with the engine PHX_ENGINE names (auto
- * when unset).
+ * when unset).  Opens are counted: opening an open device succeeds and
+ * shares it; each open needs its phxfs_close().
  * Errors: EINVAL device_id out of [0, PHXFS_MAX_DEVICES) or PHX_ENGINE
- * invalid; EBUSY already open; ENODEV direct engine forced but no
- * /dev/phxfs_devN; EPROTO module speaks another ABI; others from open(2).
+ * invalid; EBUSY already open with another engine than the one asked for;
+ * ENODEV direct engine forced but no /dev/phxfs_devN; EPROTO module speaks
+ * another ABI; others from open(2).
  */
 PHXFS_API PHXFS_NODISCARD int phxfs_open(int device_id);
 
@@ -84,8 +86,9 @@ PHXFS_API PHXFS_NODISCARD int phxfs_open(int device_id);
 PHXFS_API PHXFS_NODISCARD int phxfs_open_engine(int device_id, phxfs_engine_t engine);
 
 /**
- * phxfs_close - deregister everything still registered on @device_id and
- * close it.  Errors: EINVAL bad id; ENODEV not open.
+ * phxfs_close - undo one phxfs_open(); the last one deregisters everything
+ * still registered on @device_id and closes it.  Errors: EINVAL bad id;
+ * ENODEV not open.
  */
 PHXFS_API int phxfs_close(int device_id);
 

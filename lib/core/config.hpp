@@ -33,7 +33,7 @@ inline constexpr std::size_t kMaxSyscallBytes = std::size_t{1} << 30;
 [[nodiscard]] std::size_t chunk_size_from_env();
 
 // Compat engine defaults (PHX_NTHREADS, PHX_CHUNK_SIZE, PHX_QUEUE_DEPTH),
-// chosen by measurement on the lent H200 (bench/gpu_load, docs/gpu.md).
+// chosen by measurement on an H200 (docs/gpu.md).
 /// Copy threads per device.  8 to 16 threads with 4 MiB chunks all reached
 /// 50-52 GB/s warm on the H200 (16 cores), against 27-34 GB/s with 16-32 MiB:
 /// small chunks stay in the CPU caches between the read and the DMA.

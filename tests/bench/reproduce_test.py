@@ -30,6 +30,9 @@ def main() -> int:
         listed = subprocess.run([sys.executable, repo / "bench" / "reproduce", "--list"],
                                 capture_output=True, text=True, check=True).stdout.split()
         for name, status in manifest["experiments"].items():
+            # A results set names the commit and the command that made it.
+            if not status.get("git") or not status.get("command", "").startswith("bench/reproduce all"):
+                failures.append(f"{name}: the manifest does not name its revision and command")
             # Remote storage (fig9 NVMe-oF, fig10 NFS) is only here when set
             # up and named (docs/remote-storage.md); otherwise they must say so.
             if name in REMOTE_ENV and status.get("status") == "unavailable" and \

@@ -312,7 +312,7 @@ TEST_F(GpuTest, CufileBaselineAgrees) {
   try {
     n = f.read(reg, 0, 8 << 20, 100);
   } catch (const IoError &e) {
-    // On the lent H200: cuFileHandleRegister fails with 5027 on every file.
+    // On the H200 we measured on: cuFileHandleRegister fails with 5027 on every file.
     GTEST_SKIP() << "cuFile cannot read this file here: " << e.what();
   }
   ASSERT_EQ(n, 8U << 20);

@@ -530,7 +530,7 @@ int run(const Options &opt) {
   if (choice.engine == phx::Engine::direct || choice.engine == phx::Engine::compat) {
     // Both register device memory, which this tool cannot allocate (no
     // CUDA allocator, no BAR allocator): scripts/demo runs the device
-    // version in the rig, bench/gpu_load and phxbench on GPUs.
+    // version in the rig, phxbench on GPUs.
     const std::string name(phx::to_string(choice.engine));
     if (requested == choice.engine) {
       throw_errno(ENOTSUP, "phx-demo only allocates host memory; the " + name +

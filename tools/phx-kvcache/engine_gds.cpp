@@ -4,7 +4,7 @@
 // entry per block and at most kMaxBatch entries per batch (cuFile's
 // default io_batchsize), the way a server would use it without merging.
 // Unavailable where cuFile cannot open its driver or register the file
-// (error 5027 on the lent H200's ext4).
+// (error 5027 on the H200's ext4 we measured on).
 #include "engine.hpp"
 #include "gpu.hpp"
 #include "phoenix/config.h"

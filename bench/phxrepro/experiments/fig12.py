@@ -31,7 +31,7 @@ Environment: PHX_FIG12_MODELS (comma list, default all), PHX_FIG12_BUDGET_S
 (models that would not finish in time are recorded as skipped; default
 420), PHX_FIG12_COLD_ROUNDS (default 3), PHX_FIG12_CACHES ("warm,cold";
 "cold" alone skips the warm pass and phx-load --verify, so that more cold
-rounds of a large model fit one device call; --quick runs both).
+rounds of a large model fit one 10-minute command; --quick runs both).
 --quick: a 2-layer Llama-shaped model on the CPU (host engine, numpy), so
 CI machines without a GPU or torch run the same pipeline in seconds."""
 
