@@ -54,5 +54,17 @@ def make_file(tmp_path):
 
 
 @pytest.fixture
-def phoenix():
-    return pytest.importorskip("phoenix")
+def make_blob(tmp_path):
+    """make_blob(size, seed) -> (path, numpy uint8 array of the file's bytes)."""
+    def make(size, seed):
+        data = numpy.random.default_rng(seed).integers(0, 256, size, dtype=numpy.uint8)
+        path = tmp_path / f"blob-{seed}.bin"
+        data.tofile(path)
+        return path, data
+    return make
+
+
+@pytest.fixture
+def phx():
+    """The package under test (import name phoenix_gds)."""
+    return pytest.importorskip("phoenix_gds")

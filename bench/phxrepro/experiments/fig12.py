@@ -9,7 +9,7 @@ at 5 GB with an index as Hugging Face does), smallest first, one at a time
   native       mmap + a pageable cudaMemcpy per tensor (torch.frombuffer().to())
   safetensors  safetensors.torch.load_file(device="cuda:0") per shard
   cufile       phoenix's cufile engine (NVIDIA GDS), or why it cannot run
-  phoenix      phoenix.Loader (engine auto: direct with the module, else compat)
+  phoenix      phoenix_gds.Loader (engine auto: direct with the module, else compat)
 and the ceilings in the same run: parallel reads into pinned host memory
 (warm) and O_DIRECT reads into pinned memory (cold), each the better of a
 Python thread pool and phx-load's host engine.  Every tensor loaded by
@@ -314,7 +314,7 @@ def cli_verify(ctx, run: "Run", folder: pathlib.Path) -> None:
 def import_phoenix(ctx):
     sys.path.insert(0, str(ctx.build / "python"))
     try:
-        import phoenix
+        import phoenix_gds as phoenix
         return phoenix
     except ImportError as exc:
         ctx.log(f"phoenix Python module not importable from {ctx.build / 'python'} ({exc})")
