@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <filesystem>
@@ -408,20 +409,21 @@ class PyFile {
   void close() {
     const py::gil_scoped_release release;
     const std::unique_lock lock(mutex_);
+    closed_ = true;
     file_.reset();
   }
-  [[nodiscard]] bool closed() const noexcept { return !file_.has_value(); }
+  [[nodiscard]] bool closed() const noexcept { return closed_; }
   [[nodiscard]] std::uint64_t size() {
-    check();
-    return file_->size();
+    const std::shared_lock lock(mutex_);
+    return open_file().size();
   }
   [[nodiscard]] int fd() {
-    check();
-    return file_->fd();
+    const std::shared_lock lock(mutex_);
+    return open_file().fd();
   }
   [[nodiscard]] bool direct_io() {
-    check();
-    return file_->direct_io();
+    const std::shared_lock lock(mutex_);
+    return open_file().direct_io();
   }
   [[nodiscard]] const std::string &path() const noexcept { return path_; }
   [[nodiscard]] const std::string &mode() const noexcept { return mode_; }
@@ -429,7 +431,7 @@ class PyFile {
 
  private:
   void check() const {
-    if (!file_) {
+    if (closed_) {
       throw py::value_error("I/O operation on closed file " + path_);
     }
   }
@@ -479,7 +481,8 @@ class PyFile {
     return r;
   }
 
-  std::optional<phx::File> file_;
+  std::optional<phx::File> file_;  // under mutex_
+  std::atomic<bool> closed_ = false;
   std::shared_mutex mutex_;
   std::string path_;
   std::string mode_;
