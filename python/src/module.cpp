@@ -185,20 +185,23 @@ PYBIND11_MODULE(_phoenix, m) {
 
   py::class_<TensorHandle>(m, "Tensor",
                            "A loaded tensor; hand it to torch/cupy/jax/numpy.from_dlpack")
-      .def_readonly("name", &TensorHandle::name)
+      .def_readonly("name", &TensorHandle::name, "The tensor's name in the checkpoint.")
       .def_property_readonly(
           "dtype",
-          [](const TensorHandle &t) { return std::string(phx::safetensors::to_string(t.dtype)); })
-      .def_property_readonly("shape", &phx::python::shape_tuple)
-      .def_readonly("nbytes", &TensorHandle::nbytes)
+          [](const TensorHandle &t) { return std::string(phx::safetensors::to_string(t.dtype)); },
+          R"(The safetensors dtype ("F32", "BF16"...).)")
+      .def_property_readonly("shape", &phx::python::shape_tuple, "The shape, a tuple.")
+      .def_readonly("nbytes", &TensorHandle::nbytes, "Bytes of data.")
       .def_property_readonly(
           "data_ptr",
-          [](const TensorHandle &t) { return reinterpret_cast<std::uintptr_t>(t.data); })
-      .def_property_readonly("device",
-                             [](const TensorHandle &t) {
-                               return t.cuda ? "cuda:" + std::to_string(t.cuda_ordinal)
-                                             : std::string("cpu");
-                             })
+          [](const TensorHandle &t) { return reinterpret_cast<std::uintptr_t>(t.data); },
+          "Address of the data.")
+      .def_property_readonly(
+          "device",
+          [](const TensorHandle &t) {
+            return t.cuda ? "cuda:" + std::to_string(t.cuda_ordinal) : std::string("cpu");
+          },
+          R"(Where the data is: "cpu" or "cuda:N".)")
       .def(
           "__dlpack__",
           [](const TensorHandle &t, const py::object & /*stream*/,
