@@ -160,6 +160,19 @@ def test_threads_reading_into_one_buffer(phx, blob, registered):
         assert dev.stats["live"] == before["live"]
 
 
+def test_threads_read_into_one_tensor(phx, blob):
+    """The original API's case: every thread reads the whole tensor."""
+    path, data = blob
+    buf = numpy.zeros(SIZE // 4, dtype=numpy.uint8)
+    with phx.File(path) as f:
+        def work(k):
+            for _ in range(30):
+                assert f.read_into(buf, 4096) == buf.size
+
+        threaded(8, work)
+    assert buf.tobytes() == data[4096:4096 + buf.size].tobytes()
+
+
 def test_threads_on_overlapping_views_wait_for_each_other(phx, blob):
     path, data = blob
     backing = numpy.zeros(SIZE, dtype=numpy.uint8)
