@@ -317,7 +317,7 @@ def import_phoenix(ctx):
         import phoenix_gds as phoenix
         return phoenix
     except ImportError as exc:
-        ctx.log(f"phoenix Python module not importable from {ctx.build / 'python'} ({exc})")
+        ctx.log(f"phoenix_gds Python module not importable from {ctx.build / 'python'} ({exc})")
         return None
 
 
@@ -622,7 +622,7 @@ def run(ctx) -> list[dict]:
     if not torch.cuda.is_available():
         raise Unavailable("fig12 needs a CUDA GPU; --quick runs on the CPU")
     if phoenix is None:
-        raise Unavailable(f"fig12 needs the phoenix Python module under {ctx.build / 'python'} "
+        raise Unavailable(f"fig12 needs the phoenix_gds Python module under {ctx.build / 'python'} "
                           "(configure with -DPHX_BUILD_PYTHON=ON)")
     wanted = os.environ.get("PHX_FIG12_MODELS")
     names = [m for m in models.by_size() if not wanted or m in wanted.split(",")]
