@@ -361,6 +361,9 @@ class PyFile {
     }
     Lease lease;
     std::vector<phx::IoRequest> ios;
+    // Registrations without a host view (compat, cufile) cannot go through
+    // io_uring: their engine moves each one, spreading it over its threads.
+    std::vector<std::pair<std::size_t, Use>> moved;
     for (const auto &[device, indices] : by_device) {
       std::vector<Range> ranges;
       std::vector<Range> extents;
@@ -372,21 +375,38 @@ class PyFile {
       for (std::size_t k = 0; k < indices.size(); ++k) {
         const Request &r = reqs[indices[k]];
         const Use &u = uses[k];
+        if (u.entry->reg.host_view() == nullptr) {
+          moved.emplace_back(indices[k], u);
+          continue;
+        }
         ios.push_back(is_write ? phx::IoRequest::write(f, u.entry->reg, u.offset, r.size,
                                                        r.file_offset, indices[k])
                                : phx::IoRequest::read(f, u.entry->reg, u.offset, r.size,
                                                       r.file_offset, indices[k]));
       }
     }
-    if (ios.empty()) {
-      return done;
+    std::vector<phx::IoCompletion> completions;
+    if (!ios.empty()) {
+      // IoQueue is one thread's: each thread keeps its own ring.
+      thread_local std::optional<phx::IoQueue> queue;
+      if (!queue) {
+        queue.emplace(0);
+      }
+      completions = queue->run(ios);
     }
-    // IoQueue is one thread's: each thread keeps its own ring.
-    thread_local std::optional<phx::IoQueue> queue;
-    if (!queue) {
-      queue.emplace(0);
+    for (const auto &[i, u] : moved) {
+      const Request &r = reqs[i];
+      phx::IoCompletion c;
+      c.user_data = i;
+      try {
+        c.bytes = is_write ? f.write(u.entry->reg, u.offset, r.size, r.file_offset)
+                           : f.read(u.entry->reg, u.offset, r.size, r.file_offset);
+      } catch (const phx::IoError &e) {
+        c.bytes = e.bytes_done();
+        c.error = e.code().value();
+      }
+      completions.push_back(c);
     }
-    const std::vector<phx::IoCompletion> completions = queue->run(ios);
     const phx::IoCompletion *failed = nullptr;
     for (const phx::IoCompletion &c : completions) {
       done[c.user_data] = c.bytes;

@@ -5,6 +5,7 @@ tests do not trust any safetensors implementation."""
 
 import json
 import struct
+import threading
 
 import pytest
 
@@ -51,6 +52,39 @@ def make_file(tmp_path):
         write_safetensors(path, tensors, **kwargs)
         return path
     return make
+
+
+def threaded(count, work):
+    """Runs work(k) for k in range(count) on as many threads; re-raises the first failure."""
+    errors = []
+
+    def run(k):
+        try:
+            work(k)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def read_parts_in_threads(f, buf, size, threads=8, reps=5):
+    """Each thread reads its part of the file into the same place of buf,
+    reps times at shifting starts; the tail after the parts is left."""
+    part = size // threads
+
+    def work(k):
+        for rep in range(reps):
+            lo = k * part + rep
+            assert f.pread(buf, part - rep, lo, lo) == part - rep
+
+    threaded(threads, work)
+    return threads * part
 
 
 @pytest.fixture

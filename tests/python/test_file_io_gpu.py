@@ -2,11 +2,9 @@
 """phoenix_gds.File, Device and Registration on a GPU with torch (and cupy
 where installed); skipped without torch or CUDA."""
 
-import threading
-
 import pytest
 
-from conftest import numpy
+from conftest import numpy, read_parts_in_threads
 
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
@@ -50,19 +48,8 @@ def test_one_registration_many_reads_and_threads(phx, blob):
         before = dev.stats["registered"]
         with dev.register(dst) as reg:
             assert reg.device == "cuda:0" and reg.nbytes == SIZE
-            part = SIZE // 8
-
-            def work(k):
-                for rep in range(10):
-                    lo = k * part + rep
-                    assert f.pread(dst, part - rep, lo, lo) == part - rep
-
-            threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            assert f.pread(dst, SIZE - 8 * part, 8 * part, 8 * part) == SIZE - 8 * part
+            done = read_parts_in_threads(f, dst, SIZE, reps=10)
+            assert f.pread(dst, SIZE - done, done, done) == SIZE - done
             assert f.pread_batch([(dst, 4096, k * 4096, k * 4096) for k in range(64)]) == \
                 [4096] * 64
             assert dev.stats["registered"] == before + 1

@@ -4,11 +4,10 @@ registration reused by many reads and threads, transient registrations
 shared rather than racing, context-manager cleanup, and the errors."""
 
 import errno
-import threading
 
 import pytest
 
-from conftest import numpy
+from conftest import numpy, threaded
 
 SIZE = 1 << 20
 
@@ -115,24 +114,6 @@ def test_registration_errors(phx):
         with pytest.raises(OSError) as info:
             dev.register(numpy.zeros((4, 4))[:, ::2])
         assert info.value.errno == errno.EINVAL
-
-
-def threaded(count, work):
-    errors = []
-
-    def run(k):
-        try:
-            work(k)
-        except BaseException as exc:  # noqa: BLE001 - re-raised below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
 
 
 @pytest.mark.parametrize("registered", [False, True])
