@@ -2,7 +2,8 @@
 """pip install ./python (from the repository; --no-build-isolation on
 machines without network): builds the _phoenix extension with the
 repository's CMake build (libphoenix statically linked) and installs the
-phoenix package."""
+phoenix_gds package (distribution phoenix-gds: the name phoenix belongs to
+arize-phoenix, which many machines have)."""
 
 import os
 import pathlib
@@ -38,18 +39,20 @@ class CMakeBuild(build_ext):
         subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build), *args], check=True)
         subprocess.run(["cmake", "--build", str(build), "--target", "_phoenix", "-j",
                         str(os.cpu_count() or 2)], check=True)
-        built = next((build / "python" / "phoenix").glob("_phoenix*.so"))
+        built = next((build / "python" / "phoenix_gds").glob("_phoenix*.so"))
         target = pathlib.Path(self.get_ext_fullpath(ext.name))
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(built, target)
 
 
 setup(
-    name="phoenix",
+    name="phoenix-gds",
     version=version(),
-    description="libphoenix: safetensors checkpoints straight into GPU memory (DLPack)",
-    packages=["phoenix"],
-    ext_modules=[Extension("phoenix._phoenix", sources=[])],
+    description="libphoenix: GPU Direct Storage reads and writes, and safetensors checkpoints "
+                "straight into GPU memory (DLPack)",
+    packages=["phoenix_gds"],
+    package_data={"phoenix_gds": ["py.typed", "_phoenix.pyi"]},
+    ext_modules=[Extension("phoenix_gds._phoenix", sources=[])],
     cmdclass={"build_ext": CMakeBuild},
     python_requires=">=3.9",
     zip_safe=False,

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
-// The `phoenix._phoenix` extension: safetensors loading into GPU (or host)
-// memory, tensors handed out through DLPack, and File.read_into for any
-// DLPack tensor.  Python-level conveniences live in phoenix/__init__.py.
-#include <fcntl.h>
+// The `phoenix_gds._phoenix` extension: safetensors loading into GPU (or
+// host) memory, tensors handed out through DLPack, and Device, Registration
+// and File for reads and writes into any buffer (io.cpp).  Python-level
+// conveniences live in phoenix_gds/__init__.py.
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -10,12 +10,11 @@
 
 #include <cerrno>
 #include <map>
-#include <mutex>
-#include <optional>
 #include <string>
 #include <system_error>
 
 #include "dlpack_export.hpp"
+#include "io.hpp"
 #include "phoenix/phoenix.hpp"
 #include "phoenix/safetensors.hpp"
 
@@ -24,50 +23,6 @@ namespace st = phx::safetensors;
 
 namespace phx::python {
 namespace {
-
-// "cpu" -> host engine on device 0; "cuda" / "cuda:N" -> the Phoenix device
-// whose GPU is CUDA ordinal N (what torch calls cuda:N).
-struct Target {
-  bool cuda = false;
-  int device = 0;
-};
-
-int device_for_ordinal(int ordinal) {
-  for (int id = 0; id < 64; ++id) {
-    const int o = st::cuda_ordinal(id);
-    if (o < 0) {
-      break;
-    }
-    if (o == ordinal) {
-      return id;
-    }
-  }
-  throw std::system_error(ENODEV, std::system_category(),
-                          "no CUDA GPU with ordinal " + std::to_string(ordinal));
-}
-
-Target parse_target(const std::string &device) {
-  if (device == "cpu") {
-    return {false, 0};
-  }
-  if (device == "cuda") {
-    return {true, device_for_ordinal(0)};
-  }
-  if (device.starts_with("cuda:")) {
-    std::size_t used = 0;
-    int ordinal = -1;
-    try {
-      ordinal = std::stoi(device.substr(5), &used);
-    } catch (const std::exception &) {
-      used = 0;
-    }
-    if (used == device.size() - 5 && ordinal >= 0) {
-      return {true, device_for_ordinal(ordinal)};
-    }
-  }
-  throw std::system_error(EINVAL, std::system_category(),
-                          R"(device ")" + device + R"(": expected "cpu", "cuda" or "cuda:N")");
-}
 
 st::CachePolicy parse_cache(const std::string &name) {
   if (name == "auto") {
@@ -198,92 +153,6 @@ class PyLoader {
   st::LoadStats last_stats_;
 };
 
-// Devices opened for File.read_into, kept for the life of the process so
-// that the engines' threads and staging memory are set up once.
-phx::Device &cached_device(int id, phx::Engine engine) {
-  static std::mutex mutex;
-  // Never destroyed: at interpreter exit the CUDA driver may already be
-  // torn down, and the process is ending anyway.
-  static auto *devices = new std::map<std::pair<int, phx::Engine>, phx::Device>();  // NOLINT
-  const std::lock_guard lock(mutex);
-  auto it = devices->find({id, engine});
-  if (it == devices->end()) {
-    it = devices->emplace(std::make_pair(id, engine), phx::Device::open(id, engine)).first;
-  }
-  return it->second;
-}
-
-class PyFile {
- public:
-  PyFile(const std::filesystem::path &path, const std::string &direct)
-      : file_(path, O_RDONLY, 0644, parse_direct(direct)) {}
-
-  // Offsets and sizes are taken signed so that a negative one is this
-  // error, naming the file, rather than pybind's "incompatible arguments".
-  std::size_t read_into(const py::object &target, std::int64_t file_offset, const py::object &size,
-                        const std::string &engine) {
-    const std::optional<std::int64_t> wanted =
-        size.is_none() ? std::nullopt : std::optional(py::cast<std::int64_t>(size));
-    if (file_offset < 0 || wanted.value_or(0) < 0) {
-      throw std::system_error(
-          EINVAL, std::system_category(),
-          "read_into " + path() + ": file offset " + std::to_string(file_offset) + ", size " +
-              (wanted ? std::to_string(*wanted) : "all") + ": neither may be negative");
-    }
-    py::object capsule = py::hasattr(target, "__dlpack__") ? target.attr("__dlpack__")() : target;
-    const BorrowedTensor tensor(capsule.release().ptr());
-    std::size_t n = tensor.nbytes();
-    if (wanted) {
-      n = static_cast<std::size_t>(*wanted);
-      if (n > tensor.nbytes()) {
-        throw std::system_error(EINVAL, std::system_category(),
-                                "read_into " + path() + ": file offset " +
-                                    std::to_string(file_offset) + ", size " + std::to_string(n) +
-                                    ": more than the tensor's " + std::to_string(tensor.nbytes()) +
-                                    " bytes");
-      }
-    }
-    const DLDevice dev = tensor.device();
-    phx::Engine e = phx::Engine::host;
-    int id = 0;
-    if (dev.device_type == kDLCUDA) {
-      e = phx::parse_engine(engine);
-      id = device_for_ordinal(dev.device_id);
-    } else if (dev.device_type != kDLCPU && dev.device_type != kDLCUDAHost) {
-      throw std::system_error(ENOTSUP, std::system_category(),
-                              "read_into: DLPack device type " + std::to_string(dev.device_type) +
-                                  " is neither CPU nor CUDA");
-    }
-    if (n == 0) {
-      return 0;
-    }
-    const py::gil_scoped_release release;
-    phx::Device &device = cached_device(id, e);
-    const phx::Registration reg = device.register_memory(tensor.data(), n);
-    return file_.read(reg, 0, n, static_cast<std::uint64_t>(file_offset));
-  }
-
-  [[nodiscard]] std::uint64_t size() const { return file_.size(); }
-  [[nodiscard]] bool direct_io() const noexcept { return file_.direct_io(); }
-  [[nodiscard]] std::string path() const { return file_.path().string(); }
-
- private:
-  static phx::DirectIo parse_direct(const std::string &direct) {
-    if (direct == "preferred") {
-      return phx::DirectIo::preferred;
-    }
-    if (direct == "required") {
-      return phx::DirectIo::required;
-    }
-    if (direct == "off") {
-      return phx::DirectIo::off;
-    }
-    throw std::system_error(EINVAL, std::system_category(),
-                            "direct \"" + direct + "\": expected preferred, required or off");
-  }
-  phx::File file_;
-};
-
 py::tuple shape_tuple(const TensorHandle &t) {
   py::tuple shape(t.shape.size());
   for (std::size_t i = 0; i < t.shape.size(); ++i) {
@@ -296,7 +165,6 @@ py::tuple shape_tuple(const TensorHandle &t) {
 }  // namespace phx::python
 
 PYBIND11_MODULE(_phoenix, m) {
-  using phx::python::PyFile;
   using phx::python::PyLoader;
   using phx::python::TensorHandle;
   m.doc() = "libphoenix: safetensors checkpoints straight into GPU memory";
@@ -317,20 +185,23 @@ PYBIND11_MODULE(_phoenix, m) {
 
   py::class_<TensorHandle>(m, "Tensor",
                            "A loaded tensor; hand it to torch/cupy/jax/numpy.from_dlpack")
-      .def_readonly("name", &TensorHandle::name)
+      .def_readonly("name", &TensorHandle::name, "The tensor's name in the checkpoint.")
       .def_property_readonly(
           "dtype",
-          [](const TensorHandle &t) { return std::string(phx::safetensors::to_string(t.dtype)); })
-      .def_property_readonly("shape", &phx::python::shape_tuple)
-      .def_readonly("nbytes", &TensorHandle::nbytes)
+          [](const TensorHandle &t) { return std::string(phx::safetensors::to_string(t.dtype)); },
+          R"(The safetensors dtype ("F32", "BF16"...).)")
+      .def_property_readonly("shape", &phx::python::shape_tuple, "The shape, a tuple.")
+      .def_readonly("nbytes", &TensorHandle::nbytes, "Bytes of data.")
       .def_property_readonly(
           "data_ptr",
-          [](const TensorHandle &t) { return reinterpret_cast<std::uintptr_t>(t.data); })
-      .def_property_readonly("device",
-                             [](const TensorHandle &t) {
-                               return t.cuda ? "cuda:" + std::to_string(t.cuda_ordinal)
-                                             : std::string("cpu");
-                             })
+          [](const TensorHandle &t) { return reinterpret_cast<std::uintptr_t>(t.data); },
+          "Address of the data.")
+      .def_property_readonly(
+          "device",
+          [](const TensorHandle &t) {
+            return t.cuda ? "cuda:" + std::to_string(t.cuda_ordinal) : std::string("cpu");
+          },
+          R"(Where the data is: "cpu" or "cuda:N".)")
       .def(
           "__dlpack__",
           [](const TensorHandle &t, const py::object & /*stream*/,
@@ -363,7 +234,7 @@ PYBIND11_MODULE(_phoenix, m) {
         for (const std::int64_t d : t.shape) {
           shape += (shape.empty() ? "" : ", ") + std::to_string(d);
         }
-        return "phoenix.Tensor(" + t.name + ", " +
+        return "phoenix_gds.Tensor(" + t.name + ", " +
                std::string(phx::safetensors::to_string(t.dtype)) + ", [" + shape + "], " +
                (t.cuda ? "cuda:" + std::to_string(t.cuda_ordinal) : std::string("cpu")) + ")";
       });
@@ -379,14 +250,7 @@ PYBIND11_MODULE(_phoenix, m) {
       .def("load", &PyLoader::load, py::arg("paths"), py::arg("progress") = py::none())
       .def_property_readonly("stats", &PyLoader::stats);
 
-  py::class_<PyFile>(m, "File")
-      .def(py::init<const std::filesystem::path &, const std::string &>(), py::arg("path"),
-           py::arg("direct") = "preferred")
-      .def("read_into", &PyFile::read_into, py::arg("tensor"), py::arg("file_offset") = 0,
-           py::arg("size") = py::none(), py::arg("engine") = "auto")
-      .def_property_readonly("size", &PyFile::size)
-      .def_property_readonly("direct_io", &PyFile::direct_io)
-      .def_property_readonly("path", &PyFile::path);
+  phx::python::bind_io(m);
 
   m.def(
       "engine_for",

@@ -27,7 +27,7 @@ tar -C "$source_dir" --exclude=./build --exclude='./build-*' --exclude=./.git \
 "$python" -m venv --system-site-packages "$scratch/venv"
 # Where PYTHON is itself a virtual environment (the H200's torch), the new
 # one sees the base interpreter's packages only: a .pth adds PYTHON's own,
-# after the new environment's (the installed phoenix still comes first).
+# after the new environment's (the installed phoenix_gds still comes first).
 "$python" -c 'import site; print("\n".join(site.getsitepackages()))' \
   >"$("$scratch/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/outer-environment.pth"
 PIP_DISABLE_PIP_VERSION_CHECK=1 "$scratch/venv/bin/pip" install --no-build-isolation \
@@ -41,11 +41,11 @@ import struct
 import sys
 
 import numpy
-import phoenix
+import phoenix_gds as phx
 
 venv = pathlib.Path(sys.argv[1]).resolve()
-where = pathlib.Path(phoenix.__file__).resolve()
-assert venv in where.parents, f"phoenix imported from {where}, not the environment {venv}"
+where = pathlib.Path(phx.__file__).resolve()
+assert venv in where.parents, f"phoenix_gds imported from {where}, not the environment {venv}"
 
 rng = numpy.random.default_rng(7)
 tensors = {"embed": rng.standard_normal((33, 7)).astype(numpy.float32),
@@ -60,12 +60,25 @@ for name, t in tensors.items():
 text = json.dumps(header).encode()
 pathlib.Path("model.safetensors").write_bytes(struct.pack("<Q", len(text)) + text + data)
 
-got = phoenix.load_safetensors("model.safetensors", device="cpu", framework="numpy")
+got = phx.load_safetensors("model.safetensors", device="cpu", framework="numpy")
 assert set(got) == set(tensors), sorted(got)
 for name, t in tensors.items():
     g = numpy.asarray(got[name])
     assert g.dtype == t.dtype and g.shape == t.shape, (name, g.dtype, g.shape)
     assert g.tobytes() == t.tobytes(), f"{name} differs"
-print(f"pip install: phoenix {phoenix.__version__} from {where.parent}: "
+# The distribution is phoenix-gds, with its type information, and the
+# I/O API works from the installed package too.
+import importlib.metadata
+assert importlib.metadata.version("phoenix-gds") == phx.__version__
+for typed in ("py.typed", "_phoenix.pyi"):
+    assert (where.parent / typed).is_file(), f"{typed} not installed"
+blob = rng.integers(0, 256, 10_000, dtype=numpy.uint8)
+with phx.File("blob.bin", "w") as f, phx.Device("cpu") as dev:
+    with dev.register(blob):
+        assert f.pwrite(blob) == blob.size
+        back = numpy.zeros(9_000, dtype=numpy.uint8)
+        assert f.pread(back, file_offset=999) == 9_000
+        assert back.tobytes() == blob[999:9_999].tobytes()
+print(f"pip install: phoenix_gds {phx.__version__} from {where.parent}: "
       f"{len(tensors)} tensors equal, byte for byte")
 PY

@@ -5,6 +5,7 @@ tests do not trust any safetensors implementation."""
 
 import json
 import struct
+import threading
 
 import pytest
 
@@ -53,6 +54,51 @@ def make_file(tmp_path):
     return make
 
 
+def threaded(count, work):
+    """Runs work(k) for k in range(count) on as many threads; re-raises the first failure."""
+    errors = []
+
+    def run(k):
+        try:
+            work(k)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def read_parts_in_threads(f, buf, size, threads=8, reps=5):
+    """Each thread reads its part of the file into the same place of buf,
+    reps times at shifting starts; the tail after the parts is left."""
+    part = size // threads
+
+    def work(k):
+        for rep in range(reps):
+            lo = k * part + rep
+            assert f.pread(buf, part - rep, lo, lo) == part - rep
+
+    threaded(threads, work)
+    return threads * part
+
+
 @pytest.fixture
-def phoenix():
-    return pytest.importorskip("phoenix")
+def make_blob(tmp_path):
+    """make_blob(size, seed) -> (path, numpy uint8 array of the file's bytes)."""
+    def make(size, seed):
+        data = numpy.random.default_rng(seed).integers(0, 256, size, dtype=numpy.uint8)
+        path = tmp_path / f"blob-{seed}.bin"
+        data.tofile(path)
+        return path, data
+    return make
+
+
+@pytest.fixture
+def phx():
+    """The package under test (import name phoenix_gds)."""
+    return pytest.importorskip("phoenix_gds")

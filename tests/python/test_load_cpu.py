@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""phoenix.load_safetensors onto the CPU (host engine) against numpy."""
+"""phx.load_safetensors onto the CPU (host engine) against numpy."""
 
 import json
 
@@ -17,23 +17,23 @@ def assert_same(loaded, expected):
         assert got.tobytes() == array.tobytes(), name
 
 
-def test_unaligned_tensors_numpy(phoenix, make_file):
+def test_unaligned_tensors_numpy(phx, make_file):
     tensors = random_tensors(1, count=7)
     tensors["flags"] = numpy.array([True, False, True])
     tensors["scalar"] = numpy.array(3.5, dtype=numpy.float64)
     tensors["empty"] = numpy.zeros((0, 4), dtype=numpy.float32)
     path = make_file("m.safetensors", tensors, gap=13, metadata={"format": "pt"})
-    loaded = phoenix.load_safetensors(path, device="cpu", framework="numpy", chunk_size=65536)
+    loaded = phx.load_safetensors(path, device="cpu", framework="numpy", chunk_size=65536)
     assert_same(loaded, tensors)
 
 
-def test_dlpack_objects_and_capsules(phoenix, make_file):
+def test_dlpack_objects_and_capsules(phx, make_file):
     tensors = random_tensors(2)
     path = make_file("m.safetensors", tensors, gap=3)
-    loaded = phoenix.load_safetensors(str(path), device="cpu")
+    loaded = phx.load_safetensors(str(path), device="cpu")
     for name, array in tensors.items():
         t = loaded[name]
-        assert isinstance(t, phoenix.Tensor)
+        assert isinstance(t, phx.Tensor)
         assert t.name == name
         assert t.shape == array.shape
         assert t.nbytes == array.nbytes
@@ -49,7 +49,7 @@ def test_dlpack_objects_and_capsules(phoenix, make_file):
     assert keep.tobytes() == tensors["layer.0.weight"].tobytes()
 
 
-def test_sharded_index_and_folder(phoenix, tmp_path):
+def test_sharded_index_and_folder(phx, tmp_path):
     weight_map = {}
     expected = {}
     for shard in range(3):
@@ -61,17 +61,17 @@ def test_sharded_index_and_folder(phoenix, tmp_path):
     with open(tmp_path / "model.safetensors.index.json", "w") as f:
         json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f)
     for target in (tmp_path / "model.safetensors.index.json", tmp_path):
-        loaded = phoenix.load_safetensors(target, device="cpu", framework="numpy",
+        loaded = phx.load_safetensors(target, device="cpu", framework="numpy",
                                           parallel_files=2)
         assert_same(loaded, expected)
 
 
-def test_several_paths_and_loader_reuse(phoenix, make_file):
+def test_several_paths_and_loader_reuse(phx, make_file):
     a = random_tensors(3, prefix="a")
     b = random_tensors(4, prefix="b")
     pa = make_file("a.safetensors", a)
     pb = make_file("b.safetensors", b, gap=7)
-    loader = phoenix.Loader("cpu", cache="buffered")
+    loader = phx.Loader("cpu", cache="buffered")
     loader.warm_up([pa])
     seen = []
     first = loader.load([pa, pb], framework="numpy", progress=lambda d, t: seen.append((d, t)))
@@ -85,11 +85,11 @@ def test_several_paths_and_loader_reuse(phoenix, make_file):
     assert_same(second, b)
 
 
-def test_file_read_into_numpy(phoenix, tmp_path):
+def test_file_read_into_numpy(phx, tmp_path):
     data = numpy.random.default_rng(5).integers(0, 255, 100_003, dtype=numpy.uint8)
     path = tmp_path / "blob.bin"
     data.tofile(path)
-    f = phoenix.File(path)
+    f = phx.File(path)
     assert f.size == data.size
     dst = numpy.zeros(50_000, dtype=numpy.uint8)
     assert f.read_into(dst, 12_345) == 50_000
@@ -103,22 +103,22 @@ def test_file_read_into_numpy(phoenix, tmp_path):
     assert f.read_into(dst3, data.size - 40) == 40
 
 
-def test_errors_carry_errno(phoenix, tmp_path, make_file):
+def test_errors_carry_errno(phx, tmp_path, make_file):
     with pytest.raises(FileNotFoundError):
-        phoenix.load_safetensors(tmp_path / "absent.safetensors", device="cpu")
+        phx.load_safetensors(tmp_path / "absent.safetensors", device="cpu")
     bad = tmp_path / "bad.safetensors"
     header = b'{"w":{"dtype":"F128","shape":[2],"data_offsets":[0,32]}}'
     bad.write_bytes(len(header).to_bytes(8, "little") + header + bytes(32))
     with pytest.raises(OSError) as info:
-        phoenix.load_safetensors(bad, device="cpu")
+        phx.load_safetensors(bad, device="cpu")
     assert info.value.errno == 22 and "F128" in str(info.value) and str(bad) in str(info.value)
     with pytest.raises(OSError) as info:
-        phoenix.load_safetensors(make_file("ok.safetensors", random_tensors(1)), device="gpu")
+        phx.load_safetensors(make_file("ok.safetensors", random_tensors(1)), device="gpu")
     assert info.value.errno == 22
     with pytest.raises(ValueError):
-        phoenix.load_safetensors(make_file("ok2.safetensors", random_tensors(1)), device="cpu",
+        phx.load_safetensors(make_file("ok2.safetensors", random_tensors(1)), device="cpu",
                                  framework="tensorflow")
-    f = phoenix.File(make_file("ok3.safetensors", random_tensors(1)))
+    f = phx.File(make_file("ok3.safetensors", random_tensors(1)))
     strided = numpy.zeros((4, 4), dtype=numpy.float32)[:, ::2]
     with pytest.raises(OSError) as info:
         f.read_into(strided, 0)
@@ -133,6 +133,6 @@ def test_errors_carry_errno(phoenix, tmp_path, make_file):
     assert not dst.any()
 
 
-def test_engine_for_cpu(phoenix):
-    assert phoenix.engine_for("cpu") == "host"
-    assert isinstance(phoenix.__version__, str)
+def test_engine_for_cpu(phx):
+    assert phx.engine_for("cpu") == "host"
+    assert isinstance(phx.__version__, str)

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""phoenix.load_safetensors onto a GPU against torch and safetensors; skipped
+"""phx.load_safetensors onto a GPU against torch and safetensors; skipped
 without torch or CUDA."""
 
 import pytest
@@ -25,16 +25,16 @@ def checkpoint(tmp_path):
     return path, tensors
 
 
-def test_torch_tensors_equal_the_file(phoenix, checkpoint):
+def test_torch_tensors_equal_the_file(phx, checkpoint):
     path, tensors = checkpoint
-    loaded = phoenix.load_safetensors(path, device="cuda:0", framework="torch")
+    loaded = phx.load_safetensors(path, device="cuda:0", framework="torch")
     for name, array in tensors.items():
         t = loaded[name]
         assert t.is_cuda and t.device.index == 0
         assert t.cpu().numpy().tobytes() == array.tobytes(), name
 
 
-def test_matches_safetensors_torch_bit_for_bit(phoenix, tmp_path):
+def test_matches_safetensors_torch_bit_for_bit(phx, tmp_path):
     st = pytest.importorskip("safetensors.torch")
     tensors = {
         "bf16": torch.randn(333, 77, dtype=torch.bfloat16),
@@ -47,31 +47,31 @@ def test_matches_safetensors_torch_bit_for_bit(phoenix, tmp_path):
     path = tmp_path / "st.safetensors"
     st.save_file(tensors, str(path))
     expected = st.load_file(str(path), device="cuda:0")
-    loaded = phoenix.load_safetensors(path, device="cuda:0", framework="torch")
+    loaded = phx.load_safetensors(path, device="cuda:0", framework="torch")
     for name, ref in expected.items():
         got = loaded[name]
         assert got.dtype == ref.dtype and got.shape == ref.shape, name
         assert torch.equal(bits(got), bits(ref)), name
 
 
-def test_phoenix_tensor_into_torch_keeps_memory_alive(phoenix, checkpoint):
+def test_phoenix_tensor_into_torch_keeps_memory_alive(phx, checkpoint):
     path, tensors = checkpoint
-    loaded = phoenix.load_safetensors(path, device="cuda:0")
+    loaded = phx.load_safetensors(path, device="cuda:0")
     t = torch.from_dlpack(loaded["big"])
     del loaded
     torch.cuda.synchronize()
     assert t.cpu().numpy().tobytes() == tensors["big"].tobytes()
 
 
-def test_read_into_torch_cuda_tensor(phoenix, tmp_path):
+def test_read_into_torch_cuda_tensor(phx, tmp_path):
     data = numpy.random.default_rng(9).integers(0, 255, 3_000_017, dtype=numpy.uint8)
     path = tmp_path / "blob.bin"
     data.tofile(path)
     dst = torch.zeros(2_000_000, dtype=torch.uint8, device="cuda:0")
-    f = phoenix.File(path)
+    f = phx.File(path)
     assert f.read_into(dst, 4097) == 2_000_000
     assert dst.cpu().numpy().tobytes() == data[4097:2_004_097].tobytes()
 
 
-def test_engine_auto_on_cuda(phoenix):
-    assert phoenix.engine_for("cuda:0") in ("direct", "compat")
+def test_engine_auto_on_cuda(phx):
+    assert phx.engine_for("cuda:0") in ("direct", "compat")

@@ -9,7 +9,7 @@ at 5 GB with an index as Hugging Face does), smallest first, one at a time
   native       mmap + a pageable cudaMemcpy per tensor (torch.frombuffer().to())
   safetensors  safetensors.torch.load_file(device="cuda:0") per shard
   cufile       phoenix's cufile engine (NVIDIA GDS), or why it cannot run
-  phoenix      phoenix.Loader (engine auto: direct with the module, else compat)
+  phoenix      phoenix_gds.Loader (engine auto: direct with the module, else compat)
 and the ceilings in the same run: parallel reads into pinned host memory
 (warm) and O_DIRECT reads into pinned memory (cold), each the better of a
 Python thread pool and phx-load's host engine.  Every tensor loaded by
@@ -314,10 +314,10 @@ def cli_verify(ctx, run: "Run", folder: pathlib.Path) -> None:
 def import_phoenix(ctx):
     sys.path.insert(0, str(ctx.build / "python"))
     try:
-        import phoenix
+        import phoenix_gds as phoenix
         return phoenix
     except ImportError as exc:
-        ctx.log(f"phoenix Python module not importable from {ctx.build / 'python'} ({exc})")
+        ctx.log(f"phoenix_gds Python module not importable from {ctx.build / 'python'} ({exc})")
         return None
 
 
@@ -622,7 +622,7 @@ def run(ctx) -> list[dict]:
     if not torch.cuda.is_available():
         raise Unavailable("fig12 needs a CUDA GPU; --quick runs on the CPU")
     if phoenix is None:
-        raise Unavailable(f"fig12 needs the phoenix Python module under {ctx.build / 'python'} "
+        raise Unavailable(f"fig12 needs the phoenix_gds Python module under {ctx.build / 'python'} "
                           "(configure with -DPHX_BUILD_PYTHON=ON)")
     wanted = os.environ.get("PHX_FIG12_MODELS")
     names = [m for m in models.by_size() if not wanted or m in wanted.split(",")]

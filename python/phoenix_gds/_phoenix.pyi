@@ -1,0 +1,157 @@
+# SPDX-License-Identifier: MIT
+"""Type stubs of the phoenix_gds._phoenix extension (pybind11)."""
+
+from os import PathLike
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from typing_extensions import Self
+
+__version__: str
+
+_Path = Union[str, PathLike]
+_Request = Sequence[Any]  # (buf, size=None, file_offset=0, buf_offset=0)
+
+class Tensor:
+    """A loaded tensor; hand it to torch/cupy/jax/numpy.from_dlpack."""
+    @property
+    def name(self) -> str:
+        """The tensor's name in the checkpoint."""
+    @property
+    def dtype(self) -> str:
+        """The safetensors dtype ("F32", "BF16"...)."""
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        """The shape."""
+    @property
+    def nbytes(self) -> int:
+        """Bytes of data."""
+    @property
+    def data_ptr(self) -> int:
+        """Address of the data."""
+    @property
+    def device(self) -> str:
+        """"cpu" or "cuda:N"."""
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                   copy: Any = None) -> Any:
+        """A DLPack capsule that keeps the memory alive."""
+    def __dlpack_device__(self) -> Tuple[int, int]:
+        """(DLPack device type, device id)."""
+    def as_bytes(self) -> Tensor:
+        """The same memory as a flat U8 tensor (for dtypes a framework lacks)."""
+
+class Loader:
+    """The extension's loader; use phoenix_gds.Loader."""
+    def __init__(self, device: str = "cuda:0", engine: str = "auto",
+                 device_map: Optional[Mapping[str, str]] = None, cache: str = "auto",
+                 chunk_size: int = ..., queue_depth: int = 8, parallel_files: int = 4,
+                 pinned: bool = False) -> None: ...
+    def warm_up(self, paths: Any) -> None:
+        """Opens the devices and moves one small read through each."""
+    def load(self, paths: Any,
+             progress: Optional[Callable[[int, int], None]] = None) -> Dict[str, Tensor]:
+        """{name: Tensor} for every tensor of the paths."""
+    @property
+    def stats(self) -> Dict[str, Any]:
+        """The last load's statistics."""
+
+class Registration:
+    """A buffer registered on a Device once, for many reads and writes.
+
+    Any I/O whose buffer lies inside it uses it.  Keeps the buffer object
+    alive until close(); a context manager."""
+    def close(self) -> None:
+        """Deregisters (once the I/O using it ends) and drops the buffer. Idempotent."""
+    @property
+    def closed(self) -> bool:
+        """True after close()."""
+    @property
+    def ptr(self) -> int:
+        """Address of the registered memory (ValueError when closed)."""
+    @property
+    def nbytes(self) -> int:
+        """Bytes registered (ValueError when closed)."""
+    @property
+    def device(self) -> str:
+        """"cpu" or "cuda:N"."""
+    @property
+    def buffer(self) -> Any:
+        """The registered object (ValueError when closed)."""
+    def __enter__(self) -> Self: ...
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool: ...
+
+class Device:
+    """A device opened with an engine, for registering buffers.
+
+    Device("cpu"): host memory, host engine.  Device("cuda:N", engine):
+    engine "auto", "direct", "compat" or "cufile"."""
+    def __init__(self, device: str = "cpu", engine: str = "auto") -> None: ...
+    def register(self, buf: Any) -> Registration:
+        """Registers buf (DLPack, CUDA array interface or buffer protocol) once for many I/Os."""
+    def close(self) -> None:
+        """Closes the registrations made here. Idempotent."""
+    @property
+    def closed(self) -> bool:
+        """True after close()."""
+    @property
+    def id(self) -> int:
+        """Phoenix device id."""
+    @property
+    def engine(self) -> str:
+        """"direct", "compat", "host" or "cufile"."""
+    @property
+    def engine_reason(self) -> str:
+        """Why that engine."""
+    @property
+    def name(self) -> str:
+        """"cpu" or "cuda:N" as given."""
+    @property
+    def stats(self) -> Dict[str, int]:
+        """{"live": registrations now, "registered": pin-and-map calls so far}."""
+    def __enter__(self) -> Self: ...
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool: ...
+
+class File:
+    """A file opened for Phoenix I/O (see phoenix_gds.File)."""
+    def __init__(self, path: _Path, mode: str = "r", *, direct: str = "preferred",
+                 engine: str = "auto") -> None: ...
+    def pread(self, buf: Any, size: Optional[int] = None, file_offset: int = 0,
+              buf_offset: int = 0) -> int:
+        """Reads into buf; returns the bytes read (short only at end of file)."""
+    def pwrite(self, buf: Any, size: Optional[int] = None, file_offset: int = 0,
+               buf_offset: int = 0) -> int:
+        """Writes from buf; returns the bytes written."""
+    def pread_batch(self, requests: Iterable[_Request]) -> List[int]:
+        """Reads many (buf, size, file_offset, buf_offset) at once."""
+    def pwrite_batch(self, requests: Iterable[_Request]) -> List[int]:
+        """Writes many (buf, size, file_offset, buf_offset) at once."""
+    def read_into(self, tensor: Any, file_offset: int = 0, size: Optional[int] = None,
+                  engine: str = "auto") -> int:
+        """pread(tensor, size, file_offset) with this call's engine."""
+    def close(self) -> None:
+        """Closes the file (after I/O in flight). Idempotent."""
+    @property
+    def closed(self) -> bool:
+        """True after close()."""
+    @property
+    def size(self) -> int:
+        """The file's size in bytes."""
+    @property
+    def fd(self) -> int:
+        """The file descriptor."""
+    @property
+    def direct_io(self) -> bool:
+        """True when opened O_DIRECT."""
+    @property
+    def path(self) -> str:
+        """The path as opened."""
+    @property
+    def mode(self) -> str:
+        """The mode as given."""
+    @property
+    def writable(self) -> bool:
+        """True unless mode is "r"."""
+    def __enter__(self) -> Self: ...
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool: ...
+
+def engine_for(device: str = "cuda:0") -> str:
+    """The engine auto picks for a device."""

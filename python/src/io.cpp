@@ -1,0 +1,617 @@
+// SPDX-License-Identifier: MIT
+#include "io.hpp"
+
+#include <fcntl.h>
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <shared_mutex>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "buffer.hpp"
+#include "phoenix/phoenix.hpp"
+#include "phoenix/safetensors.hpp"
+#include "registry.hpp"
+
+namespace py = pybind11;
+
+namespace phx::python {
+
+int device_for_ordinal(int ordinal) {
+  for (int id = 0; id < 64; ++id) {
+    const int o = safetensors::cuda_ordinal(id);
+    if (o < 0) {
+      break;
+    }
+    if (o == ordinal) {
+      return id;
+    }
+  }
+  throw std::system_error(ENODEV, std::system_category(),
+                          "no CUDA GPU with ordinal " + std::to_string(ordinal));
+}
+
+Target parse_target(const std::string &device) {
+  if (device == "cpu") {
+    return {false, 0, 0};
+  }
+  if (device == "cuda") {
+    return {true, device_for_ordinal(0), 0};
+  }
+  if (device.starts_with("cuda:")) {
+    std::size_t used = 0;
+    int ordinal = -1;
+    try {
+      ordinal = std::stoi(device.substr(5), &used);
+    } catch (const std::exception &) {
+      used = 0;
+    }
+    if (used == device.size() - 5 && ordinal >= 0) {
+      return {true, device_for_ordinal(ordinal), ordinal};
+    }
+  }
+  throw std::system_error(EINVAL, std::system_category(),
+                          R"(device ")" + device + R"(": expected "cpu", "cuda" or "cuda:N")");
+}
+
+namespace {
+
+std::string place_text(Place p) {
+  return p.cuda ? "cuda:" + std::to_string(p.ordinal) : std::string("cpu");
+}
+
+Range range_of(const std::byte *data, std::size_t size) {
+  return {reinterpret_cast<std::uintptr_t>(data), size};  // NOLINT
+}
+
+// One explicit registration: the entry in its device's table, and the
+// object whose memory it is, kept alive until close().
+struct RegState {
+  std::shared_ptr<DeviceEntry> device;
+  std::shared_ptr<RegEntry> entry;
+  std::unique_ptr<Buffer> buffer;
+  py::object object;
+  Range range;
+  Place place;
+
+  [[nodiscard]] bool closed() const noexcept { return entry == nullptr; }
+  void close() {
+    if (entry) {
+      {
+        const py::gil_scoped_release release;
+        device->close(entry);
+      }
+      entry.reset();
+      buffer.reset();
+      object = py::none();
+    }
+  }
+  RegState() = default;
+  RegState(const RegState &) = delete;
+  RegState &operator=(const RegState &) = delete;
+  RegState(RegState &&) = delete;
+  RegState &operator=(RegState &&) = delete;
+  ~RegState() {
+    if (entry) {
+      device->close(entry);
+    }
+  }
+};
+
+class PyRegistration {
+ public:
+  explicit PyRegistration(std::shared_ptr<RegState> state) : state_(std::move(state)) {}
+  void close() { state_->close(); }
+  [[nodiscard]] bool closed() const noexcept { return state_->closed(); }
+  [[nodiscard]] std::uintptr_t ptr() const {
+    check();
+    return state_->range.start;
+  }
+  [[nodiscard]] std::size_t nbytes() const {
+    check();
+    return state_->range.size;
+  }
+  [[nodiscard]] std::string device() const { return place_text(state_->place); }
+  [[nodiscard]] py::object buffer() const {
+    check();
+    return state_->object;
+  }
+
+ private:
+  void check() const {
+    if (state_->closed()) {
+      throw py::value_error("Registration is closed");
+    }
+  }
+  std::shared_ptr<RegState> state_;
+};
+
+class PyDevice {
+ public:
+  PyDevice(const std::string &target, const std::string &engine)
+      : name_(target), target_(parse_target(target)) {
+    const phx::Engine e = phx::parse_engine(engine);
+    if (!target_.cuda && e != phx::Engine::automatic && e != phx::Engine::host) {
+      throw std::system_error(
+          EINVAL, std::system_category(),
+          "device cpu: engine \"" + engine + "\" cannot serve host memory (use host)");
+    }
+    const py::gil_scoped_release release;
+    entry_ = device_entry(target_.device, e, !target_.cuda);
+  }
+
+  PyRegistration register_buffer(const py::object &object) {
+    check();
+    auto state = std::make_shared<RegState>();
+    state->buffer = std::make_unique<Buffer>(object, false);
+    state->place = state->buffer->place();
+    const Place mine{target_.cuda, target_.cuda ? target_.ordinal : 0};
+    if (state->place != mine) {
+      throw py::value_error("register: the buffer is on " + place_text(state->place) +
+                            ", this Device is " + name_);
+    }
+    if (state->buffer->nbytes() == 0) {
+      throw py::value_error("register: the buffer is empty");
+    }
+    state->range = range_of(state->buffer->data(), state->buffer->nbytes());
+    state->object = object;
+    state->device = entry_;
+    {
+      const py::gil_scoped_release release;
+      state->entry = entry_->open(state->range);
+    }
+    regs_.push_back(state);
+    return PyRegistration(std::move(state));
+  }
+
+  void close() {
+    for (const auto &weak : regs_) {
+      if (const auto state = weak.lock()) {
+        state->close();
+      }
+    }
+    regs_.clear();
+    closed_ = true;
+  }
+  [[nodiscard]] bool closed() const noexcept { return closed_; }
+  [[nodiscard]] int id() const noexcept { return entry_->device().id(); }
+  [[nodiscard]] std::string engine() const {
+    return std::string(phx::to_string(entry_->device().engine()));
+  }
+  [[nodiscard]] std::string reason() const { return entry_->device().engine_reason(); }
+  [[nodiscard]] const std::string &name() const noexcept { return name_; }
+  [[nodiscard]] py::dict stats() const {
+    py::dict d;
+    d["live"] = entry_->count();
+    d["registered"] = entry_->registered_total();
+    return d;
+  }
+
+ private:
+  void check() const {
+    if (closed_) {
+      throw py::value_error("Device " + name_ + " is closed");
+    }
+  }
+  std::string name_;
+  Target target_;
+  std::shared_ptr<DeviceEntry> entry_;
+  std::vector<std::weak_ptr<RegState>> regs_;
+  bool closed_ = false;
+};
+
+// The registrations one I/O (or batch) uses, given back when it ends.
+class Lease {
+ public:
+  Lease() = default;
+  Lease(const Lease &) = delete;
+  Lease &operator=(const Lease &) = delete;
+  Lease(Lease &&) = delete;
+  Lease &operator=(Lease &&) = delete;
+  ~Lease() {
+    for (auto &[entry, uses] : held_) {
+      entry->release(uses);
+    }
+  }
+  std::vector<Use> &take(const std::shared_ptr<DeviceEntry> &entry, std::span<const Range> ranges,
+                         std::span<const Range> extents) {
+    held_.emplace_back(entry, entry->acquire(ranges, extents));
+    return held_.back().second;
+  }
+
+ private:
+  std::vector<std::pair<std::shared_ptr<DeviceEntry>, std::vector<Use>>> held_;
+};
+
+// The device an I/O into @p b goes through: a CUDA buffer that an open
+// device has registered uses that device, whatever engine it has.
+std::shared_ptr<DeviceEntry> entry_for(const Buffer &b, Range r, phx::Engine engine) {
+  if (!b.place().cuda) {
+    return device_entry(0, phx::Engine::host, true);
+  }
+  const int id = device_for_ordinal(b.place().ordinal);
+  if (engine == phx::Engine::automatic) {
+    for (const auto &e : open_entries(id, false)) {
+      if (e->covers(r)) {
+        return e;
+      }
+    }
+  }
+  return device_entry(id, engine, false);
+}
+
+int parse_mode(const std::string &mode) {
+  // Every writable mode reads too: an unaligned O_DIRECT write reads the
+  // blocks at its edges before writing them back.
+  static const std::map<std::string, int> modes{{"r", O_RDONLY},
+                                                {"r+", O_RDWR},
+                                                {"w", O_RDWR | O_CREAT | O_TRUNC},
+                                                {"w+", O_RDWR | O_CREAT | O_TRUNC},
+                                                {"x", O_RDWR | O_CREAT | O_EXCL},
+                                                {"x+", O_RDWR | O_CREAT | O_EXCL}};
+  const auto it = modes.find(mode);
+  if (it == modes.end()) {
+    throw py::value_error("mode \"" + mode + "\": expected r, r+, w, w+, x or x+");
+  }
+  return it->second;
+}
+
+phx::DirectIo parse_direct(const std::string &direct) {
+  if (direct == "preferred") {
+    return phx::DirectIo::preferred;
+  }
+  if (direct == "required") {
+    return phx::DirectIo::required;
+  }
+  if (direct == "off") {
+    return phx::DirectIo::off;
+  }
+  throw std::system_error(EINVAL, std::system_category(),
+                          "direct \"" + direct + "\": expected preferred, required or off");
+}
+
+// One request of an I/O, checked with the GIL held.
+struct Request {
+  std::unique_ptr<Buffer> buffer;
+  std::size_t size = 0;
+  std::uint64_t file_offset = 0;
+  std::size_t buffer_offset = 0;
+  std::shared_ptr<DeviceEntry> device;
+  [[nodiscard]] Range range() const { return range_of(buffer->data() + buffer_offset, size); }
+  [[nodiscard]] Range extent() const { return range_of(buffer->data(), buffer->nbytes()); }
+};
+
+class PyFile {
+ public:
+  PyFile(const std::filesystem::path &path, const std::string &mode, const std::string &direct,
+         const std::string &engine)
+      : mode_(mode), engine_(phx::parse_engine(engine)) {
+    const int flags = parse_mode(mode);
+    const phx::DirectIo d = parse_direct(direct);
+    const py::gil_scoped_release release;
+    file_.emplace(path, flags, 0644, d);
+    path_ = file_->path().string();
+    writable_ = (flags & O_ACCMODE) != O_RDONLY;
+  }
+
+  std::size_t io(bool is_write, const char *op, const py::object &buf, const py::object &size,
+                 std::int64_t file_offset, std::int64_t buffer_offset, phx::Engine engine) {
+    check();
+    Request r = request(is_write, op, buf, size, file_offset, buffer_offset, engine);
+    if (r.size == 0) {
+      return 0;
+    }
+    const py::gil_scoped_release release;
+    const std::shared_lock lock(mutex_);
+    phx::File &f = open_file();
+    Lease lease;
+    const Range range = r.range();
+    const Range extent = r.extent();
+    const Use &use = lease.take(r.device, std::span(&range, 1), std::span(&extent, 1)).front();
+    return is_write ? f.write(use.entry->reg, use.offset, r.size, r.file_offset)
+                    : f.read(use.entry->reg, use.offset, r.size, r.file_offset);
+  }
+
+  std::size_t pread(const py::object &buf, const py::object &size, std::int64_t file_offset,
+                    std::int64_t buffer_offset) {
+    return io(false, "pread", buf, size, file_offset, buffer_offset, engine_);
+  }
+  std::size_t pwrite(const py::object &buf, const py::object &size, std::int64_t file_offset,
+                     std::int64_t buffer_offset) {
+    return io(true, "pwrite", buf, size, file_offset, buffer_offset, engine_);
+  }
+  std::size_t read_into(const py::object &buf, std::int64_t file_offset, const py::object &size,
+                        const std::string &engine) {
+    return io(false, "read_into", buf, size, file_offset, 0, phx::parse_engine(engine));
+  }
+
+  std::vector<std::size_t> batch(bool is_write, const py::iterable &requests) {
+    check();
+    const char *op = is_write ? "pwrite_batch" : "pread_batch";
+    std::vector<Request> reqs;
+    for (const py::handle item : requests) {
+      if (!py::isinstance<py::tuple>(item) || py::len(item) == 0 || py::len(item) > 4) {
+        throw py::type_error(std::string(op) +
+                             ": each request is a tuple (buf, size, file_offset, buf_offset)");
+      }
+      const auto t = py::reinterpret_borrow<py::tuple>(item);
+      const py::object none = py::none();
+      reqs.push_back(request(is_write, op, t[0], t.size() > 1 ? py::object(t[1]) : none,
+                             t.size() > 2 ? t[2].cast<std::int64_t>() : 0,
+                             t.size() > 3 ? t[3].cast<std::int64_t>() : 0, engine_));
+    }
+    std::vector<std::size_t> done(reqs.size(), 0);
+    const py::gil_scoped_release release;
+    const std::shared_lock lock(mutex_);
+    phx::File &f = open_file();
+    // Per device, in one order for every thread, all of its ranges at once.
+    std::map<DeviceEntry *, std::vector<std::size_t>> by_device;
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+      if (reqs[i].size != 0) {
+        by_device[reqs[i].device.get()].push_back(i);
+      }
+    }
+    Lease lease;
+    std::vector<phx::IoRequest> ios;
+    // Registrations without a host view (compat, cufile) cannot go through
+    // io_uring: their engine moves each one, spreading it over its threads.
+    std::vector<std::pair<std::size_t, Use>> moved;
+    for (const auto &[device, indices] : by_device) {
+      std::vector<Range> ranges;
+      std::vector<Range> extents;
+      for (const std::size_t i : indices) {
+        ranges.push_back(reqs[i].range());
+        extents.push_back(reqs[i].extent());
+      }
+      const std::vector<Use> &uses = lease.take(reqs[indices.front()].device, ranges, extents);
+      for (std::size_t k = 0; k < indices.size(); ++k) {
+        const Request &r = reqs[indices[k]];
+        const Use &u = uses[k];
+        if (u.entry->reg.host_view() == nullptr) {
+          moved.emplace_back(indices[k], u);
+          continue;
+        }
+        ios.push_back(is_write ? phx::IoRequest::write(f, u.entry->reg, u.offset, r.size,
+                                                       r.file_offset, indices[k])
+                               : phx::IoRequest::read(f, u.entry->reg, u.offset, r.size,
+                                                      r.file_offset, indices[k]));
+      }
+    }
+    std::vector<phx::IoCompletion> completions;
+    if (!ios.empty()) {
+      // IoQueue is one thread's: each thread keeps its own ring.
+      thread_local std::optional<phx::IoQueue> queue;
+      if (!queue) {
+        queue.emplace(0);
+      }
+      completions = queue->run(ios);
+    }
+    for (const auto &[i, u] : moved) {
+      const Request &r = reqs[i];
+      phx::IoCompletion c;
+      c.user_data = i;
+      try {
+        c.bytes = is_write ? f.write(u.entry->reg, u.offset, r.size, r.file_offset)
+                           : f.read(u.entry->reg, u.offset, r.size, r.file_offset);
+      } catch (const phx::IoError &e) {
+        c.bytes = e.bytes_done();
+        c.error = e.code().value();
+      }
+      completions.push_back(c);
+    }
+    const phx::IoCompletion *failed = nullptr;
+    for (const phx::IoCompletion &c : completions) {
+      done[c.user_data] = c.bytes;
+      if (c.error != 0 && (failed == nullptr || c.user_data < failed->user_data)) {
+        failed = &c;
+      }
+    }
+    if (failed != nullptr) {
+      const Request &r = reqs[failed->user_data];
+      throw std::system_error(failed->error, std::system_category(),
+                              std::string(op) + " " + path_ + ": request " +
+                                  std::to_string(failed->user_data) + " (file offset " +
+                                  std::to_string(r.file_offset) + ", size " +
+                                  std::to_string(r.size) + ") failed after " +
+                                  std::to_string(failed->bytes) + " bytes");
+    }
+    return done;
+  }
+
+  void close() {
+    const py::gil_scoped_release release;
+    const std::unique_lock lock(mutex_);
+    closed_ = true;
+    file_.reset();
+  }
+  [[nodiscard]] bool closed() const noexcept { return closed_; }
+  [[nodiscard]] std::uint64_t size() {
+    const std::shared_lock lock(mutex_);
+    return open_file().size();
+  }
+  [[nodiscard]] int fd() {
+    const std::shared_lock lock(mutex_);
+    return open_file().fd();
+  }
+  [[nodiscard]] bool direct_io() {
+    const std::shared_lock lock(mutex_);
+    return open_file().direct_io();
+  }
+  [[nodiscard]] const std::string &path() const noexcept { return path_; }
+  [[nodiscard]] const std::string &mode() const noexcept { return mode_; }
+  [[nodiscard]] bool writable() const noexcept { return writable_; }
+
+ private:
+  void check() const {
+    if (closed_) {
+      throw py::value_error("I/O operation on closed file " + path_);
+    }
+  }
+  // Under mutex_ (shared), without the GIL: close() may have won the race.
+  phx::File &open_file() {
+    if (!file_) {
+      throw py::value_error("I/O operation on closed file " + path_);
+    }
+    return *file_;
+  }
+
+  // Offsets and sizes are taken signed so that a negative one is this
+  // error, naming the file, rather than pybind's "incompatible arguments".
+  Request request(bool is_write, const char *op, const py::handle &buf, const py::object &size,
+                  std::int64_t file_offset, std::int64_t buffer_offset, phx::Engine engine) const {
+    const std::optional<std::int64_t> wanted =
+        size.is_none() ? std::nullopt : std::optional(size.cast<std::int64_t>());
+    const auto fail = [&](const std::string &why) {
+      throw std::system_error(
+          EINVAL, std::system_category(),
+          std::string(op) + " " + path_ + ": file offset " + std::to_string(file_offset) +
+              ", size " + (wanted ? std::to_string(*wanted) : "all") +
+              (buffer_offset != 0 ? ", buffer offset " + std::to_string(buffer_offset)
+                                  : std::string()) +
+              ": " + why);
+    };
+    if (file_offset < 0 || wanted.value_or(0) < 0 || buffer_offset < 0) {
+      fail("none may be negative");
+    }
+    Request r;
+    r.buffer = std::make_unique<Buffer>(buf, !is_write);
+    const std::size_t capacity = r.buffer->nbytes();
+    r.buffer_offset = static_cast<std::size_t>(buffer_offset);
+    if (r.buffer_offset > capacity) {
+      fail("past the buffer's " + std::to_string(capacity) + " bytes");
+    }
+    r.size = wanted ? static_cast<std::size_t>(*wanted) : capacity - r.buffer_offset;
+    if (r.size > capacity - r.buffer_offset) {
+      fail("more than the buffer's " + std::to_string(capacity) + " bytes");
+    }
+    r.file_offset = static_cast<std::uint64_t>(file_offset);
+    if (r.size != 0) {
+      const Range range = r.range();
+      const py::gil_scoped_release release;
+      r.device = entry_for(*r.buffer, range, engine);
+    }
+    return r;
+  }
+
+  std::optional<phx::File> file_;  // under mutex_
+  std::atomic<bool> closed_ = false;
+  std::shared_mutex mutex_;
+  std::string path_;
+  std::string mode_;
+  phx::Engine engine_;
+  bool writable_ = false;
+};
+
+template <class T>
+void add_context_manager(py::class_<T> &cls) {
+  cls.def("__enter__", [](py::object self) { return self; })
+      .def(
+          "__exit__",
+          [](T &self, const py::object &, const py::object &, const py::object &) {
+            self.close();
+            return false;
+          },
+          py::arg("exc_type"), py::arg("exc"), py::arg("tb"));
+}
+
+}  // namespace
+
+void bind_io(py::module_ &m) {
+  py::class_<PyRegistration> reg(m, "Registration", R"(A buffer registered on a Device once,
+for many reads and writes.
+
+Made by Device.register(buf).  Any I/O whose buffer lies inside it uses it:
+no pin-and-map per call.  Keeps the buffer object alive until close();
+a context manager.  Deregistration waits for I/O still using it.)");
+  reg.def("close", &PyRegistration::close,
+          "Deregisters (once the I/O using it ends) and drops the buffer. Idempotent.")
+      .def_property_readonly("closed", &PyRegistration::closed, "True after close().")
+      .def_property_readonly("ptr", &PyRegistration::ptr, "Address of the registered memory.")
+      .def_property_readonly("nbytes", &PyRegistration::nbytes, "Bytes registered.")
+      .def_property_readonly("device", &PyRegistration::device,
+                             R"(Where the memory is: "cpu" or "cuda:N".)")
+      .def_property_readonly("buffer", &PyRegistration::buffer, "The registered object.");
+  add_context_manager(reg);
+
+  py::class_<PyDevice> dev(m, "Device", R"(A device opened with an engine, for registering buffers.
+
+Device("cpu") serves host memory (numpy, bytearray...) with the host engine;
+Device("cuda:N") a CUDA GPU (torch's numbering) with engine "auto" (direct
+where the phxfs module serves the GPU, else compat), "direct", "compat" or
+"cufile".  The engine behind it (threads, staging memory) is set up once per
+process and shared by every Device of that GPU and engine; close() (or the
+end of a with block) closes the registrations made through this Device.)");
+  dev.def(py::init<const std::string &, const std::string &>(), py::arg("device") = "cpu",
+          py::arg("engine") = "auto")
+      .def("register", &PyDevice::register_buffer, py::arg("buf"),
+           R"(Registers buf (DLPack, CUDA array interface or buffer protocol; contiguous)
+once for many I/Os.  Registering memory that a live registration already
+covers shares it.  Raises ValueError (buffer on another device, empty,
+Device closed) or OSError (EINVAL: overlaps a registration without lying
+inside it; EFAULT: not mapped; the engine's errors).)")
+      .def("close", &PyDevice::close, "Closes the registrations made here. Idempotent.")
+      .def_property_readonly("closed", &PyDevice::closed, "True after close().")
+      .def_property_readonly("id", &PyDevice::id, "Phoenix device id.")
+      .def_property_readonly("engine", &PyDevice::engine,
+                             R"(The engine: "direct", "compat", "host" or "cufile".)")
+      .def_property_readonly("engine_reason", &PyDevice::reason, "Why that engine.")
+      .def_property_readonly("name", &PyDevice::name, R"("cpu" or "cuda:N" as given.)")
+      .def_property_readonly("stats", &PyDevice::stats,
+                             R"({"live": registrations now, "registered": pin-and-map calls
+so far} for this device and engine (every Device sharing it).)");
+  add_context_manager(dev);
+
+  py::class_<PyFile> file(m, "File", R"(A file opened for Phoenix I/O.
+
+File(path, mode="r", *, direct="preferred", engine="auto").  mode: "r"
+read-only, "r+" read-write, "w"/"w+" created or truncated, "x"/"x+" created
+and new (writable modes read too: unaligned O_DIRECT writes read their edge
+blocks).  direct: "preferred" (O_DIRECT where the filesystem has it),
+"required", "off".  engine: for CUDA buffers no open Device has
+registered.  A context manager; close() waits for I/O in flight.)");
+  file.def(py::init<const std::filesystem::path &, const std::string &, const std::string &,
+                    const std::string &>(),
+           py::arg("path"), py::arg("mode") = "r", py::kw_only(), py::arg("direct") = "preferred",
+           py::arg("engine") = "auto")
+      .def("pread", &PyFile::pread, py::arg("buf"), py::arg("size") = py::none(),
+           py::arg("file_offset") = 0, py::arg("buf_offset") = 0,
+           R"(Reads size bytes (default: the rest of buf) at file_offset into buf at
+buf_offset; returns the bytes read (short only at end of file).  Uses a
+registration covering the range, else registers buf for this call only.)")
+      .def("pwrite", &PyFile::pwrite, py::arg("buf"), py::arg("size") = py::none(),
+           py::arg("file_offset") = 0, py::arg("buf_offset") = 0,
+           "Writes size bytes of buf from buf_offset to file_offset; returns the bytes written.")
+      .def(
+          "pread_batch",
+          [](PyFile &f, const py::iterable &requests) { return f.batch(false, requests); },
+          py::arg("requests"),
+          R"(Reads many (buf, size, file_offset, buf_offset) requests at once through
+io_uring; returns the bytes read by each, in order.  size may be None
+(the rest of buf); trailing fields may be left out.)")
+      .def(
+          "pwrite_batch",
+          [](PyFile &f, const py::iterable &requests) { return f.batch(true, requests); },
+          py::arg("requests"), "pread_batch's write counterpart.")
+      .def("read_into", &PyFile::read_into, py::arg("tensor"), py::arg("file_offset") = 0,
+           py::arg("size") = py::none(), py::arg("engine") = "auto",
+           "pread(tensor, size, file_offset) with this call's engine (the original API).")
+      .def("close", &PyFile::close, "Closes the file (after I/O in flight). Idempotent.")
+      .def_property_readonly("closed", &PyFile::closed, "True after close().")
+      .def_property_readonly("size", &PyFile::size, "The file's size in bytes.")
+      .def_property_readonly("fd", &PyFile::fd, "The file descriptor.")
+      .def_property_readonly("direct_io", &PyFile::direct_io, "True when opened O_DIRECT.")
+      .def_property_readonly("path", &PyFile::path, "The path as opened.")
+      .def_property_readonly("mode", &PyFile::mode, "The mode as given.")
+      .def_property_readonly("writable", &PyFile::writable, R"(True unless mode is "r".)");
+  add_context_manager(file);
+}
+
+}  // namespace phx::python

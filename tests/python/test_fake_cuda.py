@@ -1,0 +1,108 @@
+# SPDX-License-Identifier: MIT
+"""phoenix_gds's CUDA path (compat engine) on the fake CUDA driver
+(tests/fakecuda): a __cuda_array_interface__ buffer in fake device memory,
+which the CPU cannot touch, read and written byte for byte, registered once,
+shared by threads.  Runs itself in a child process, since the driver is
+chosen once per process; skipped where the build has no fake driver."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+FAKE = os.environ.get("PHX_FAKE_CUDA_LIBRARY", "")
+
+
+def test_cuda_array_interface_on_the_fake_driver(tmp_path):
+    if not FAKE or not pathlib.Path(FAKE).is_file():
+        pytest.skip("no fake CUDA driver (PHX_FAKE_CUDA_LIBRARY: ctest sets it)")
+    env = dict(os.environ, PHX_CUDA_DRIVER=FAKE, PHX_FAKE_CUDA_DEVICES="2", PHX_ENGINE="auto")
+    run = subprocess.run([sys.executable, __file__, str(tmp_path)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "fake cuda: ok" in run.stdout
+
+
+def child(scratch):
+    import ctypes
+
+    import numpy
+
+    import phoenix_gds as phx
+    from conftest import read_parts_in_threads
+
+    lib = ctypes.CDLL(os.environ["PHX_CUDA_DRIVER"])
+
+    def ok(result, what):
+        assert result == 0, f"{what}: CUDA error {result}"
+
+    ok(lib.cuInit(0), "cuInit")
+    context = ctypes.c_void_p()
+    ok(lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), 0), "cuDevicePrimaryCtxRetain")
+    ok(lib.cuCtxPushCurrent_v2(context), "cuCtxPushCurrent")
+
+    class FakeCudaArray:
+        """Bytes of fake device memory on CUDA ordinal 0."""
+
+        def __init__(self, n):
+            p = ctypes.c_ulonglong()
+            ok(lib.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(n)), "cuMemAlloc")
+            self.ptr, self.n = p.value, n
+            self.__cuda_array_interface__ = {"data": (self.ptr, False), "shape": (n,),
+                                             "typestr": "|u1", "strides": None, "version": 3}
+
+        def __dlpack_device__(self):
+            return (2, 0)
+
+        def host(self):
+            out = numpy.zeros(self.n, dtype=numpy.uint8)
+            ok(lib.cuMemcpyDtoH_v2(out.ctypes.data_as(ctypes.c_void_p),
+                                   ctypes.c_ulonglong(self.ptr), ctypes.c_size_t(self.n)),
+               "cuMemcpyDtoH")
+            return out
+
+    size = (4 << 20) + 4099
+    data = numpy.random.default_rng(51).integers(0, 256, size, dtype=numpy.uint8)
+    path = pathlib.Path(scratch) / "blob.bin"
+    data.tofile(path)
+    gpu = FakeCudaArray(size)
+
+    with phx.Device("cuda:0") as dev, phx.File(path) as f:
+        assert dev.engine == "compat", dev.engine_reason
+        assert dev.id == 1  # the fake GPUs' bus order is the reverse of CUDA's
+        for file_offset, n, buf_offset in [(0, 1 << 20, 0), (1, 4095, 3), (4097, 3 << 20, 511)]:
+            assert f.pread(gpu, n, file_offset, buf_offset) == n
+            got = gpu.host()[buf_offset:buf_offset + n]
+            assert got.tobytes() == data[file_offset:file_offset + n].tobytes()
+        before = dev.stats["registered"]
+        with dev.register(gpu) as reg:
+            assert reg.device == "cuda:0" and reg.nbytes == size
+            done = read_parts_in_threads(f, gpu, size)
+            assert f.pread_batch([(gpu, size - done, done, done), (gpu, 4096, 0, 0)]) == \
+                [size - done, 4096]
+            assert dev.stats["registered"] == before + 1
+        assert gpu.host().tobytes() == data.tobytes()
+        try:
+            dev.register(numpy.zeros(8, dtype=numpy.uint8))
+            raise AssertionError("a host buffer registered on cuda:0")
+        except ValueError:
+            pass
+
+    # Unregistered, from several threads at once: shared, not EEXIST.
+    other = FakeCudaArray(size)
+    with phx.File(path) as f:
+        futures = [f.pread_async(other, size, 0, 0) for _ in range(6)]
+        assert [fut.get() for fut in futures] == [size] * 6
+    assert other.host().tobytes() == data.tobytes()
+
+    out = pathlib.Path(scratch) / "out.bin"
+    with phx.File(out, "w") as f:
+        assert f.pwrite(gpu, size - 1, 0, 1) == size - 1
+    assert out.read_bytes() == data[1:].tobytes()
+    print("fake cuda: ok")
+
+
+if __name__ == "__main__":
+    child(sys.argv[1])
