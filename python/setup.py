@@ -29,7 +29,7 @@ class CMakeBuild(build_ext):
         build = pathlib.Path(self.build_temp).resolve() / "cmake"
         args = [f"-DPython_EXECUTABLE={sys.executable}", "-DPHX_BUILD_PYTHON=ON",
                 "-DPHX_BUILD_TESTS=OFF", "-DPHX_BUILD_TOOLS=OFF", "-DPHX_BUILD_EXAMPLES=OFF",
-                "-DPHX_BUILD_BENCH=OFF", "-DPHX_WERROR=OFF", "-DCMAKE_BUILD_TYPE=Release"]
+                "-DPHX_WERROR=OFF", "-DCMAKE_BUILD_TYPE=Release"]
         try:
             import pybind11
 
