@@ -92,16 +92,17 @@ std::shared_ptr<RegEntry> DeviceEntry::open(Range range) {
   }
 }
 
+// Registrations are released under the lock: once an entry leaves the
+// table, another thread may register the same range at once, which the
+// library refuses (EEXIST) while the old registration still exists.
 void DeviceEntry::close(const std::shared_ptr<RegEntry> &entry) {
-  phx::Registration dropped;
   {
     const std::lock_guard lock(mutex_);
     if (--entry->handles == 0 && entry->users == 0) {
       entries_.erase(entry->start);
-      dropped = std::move(entry->reg);
+      entry->reg.release();
     }
   }
-  dropped.release();
   freed_.notify_all();
 }
 
@@ -179,17 +180,15 @@ std::vector<Use> DeviceEntry::acquire(std::span<const Range> ranges,
 }
 
 void DeviceEntry::release(std::span<const Use> uses) {
-  std::vector<phx::Registration> dropped;
   {
-    const std::lock_guard lock(mutex_);
+    const std::lock_guard lock(mutex_);  // see close()
     for (const Use &u : uses) {
       if (u.entry && --u.entry->users == 0 && u.entry->handles == 0) {
         entries_.erase(u.entry->start);
-        dropped.push_back(std::move(u.entry->reg));
+        u.entry->reg.release();
       }
     }
   }
-  dropped.clear();
   freed_.notify_all();
 }
 
