@@ -57,8 +57,10 @@ TEST(SafetensorsReader, ReadsEveryDtypeShapeOffsetAndMetadata) {
   std::vector<TestTensor> tensors;
   for (std::size_t i = 0; i < dtypes.size(); ++i) {
     const auto &[dtype, size] = dtypes[i];
-    tensors.push_back(
-        {"t" + std::to_string(i), dtype, {2, 3}, phx::test::tensor_bytes(6 * size, i)});
+    tensors.push_back({std::string("t") + std::to_string(i),
+                       dtype,
+                       {2, 3},
+                       phx::test::tensor_bytes(6 * size, i)});
   }
   tensors.push_back({"scalar", "F32", {}, phx::test::tensor_bytes(4, 99)});
   tensors.push_back({"empty", "F16", {0, 7}, {}});
@@ -111,7 +113,7 @@ TEST(SafetensorsReader, TruncatedHeaderLength) {
 TEST(SafetensorsReader, TruncatedHeaderText) {
   const phx::test::TempDir dir;
   const auto path = dir / "cut.safetensors";
-  const std::string json = "{" + tensor_entry("w", "F32", "[2]", 0, 8) + "}";
+  const std::string json = std::string("{") + tensor_entry("w", "F32", "[2]", 0, 8) + "}";
   // The length promises the whole header; the file stops half way through it.
   phx::test::write_raw(path, json.size(), json.substr(0, json.size() / 2), {});
   expect_rejected(path, EOVERFLOW, {"header length", "past the end of the file"});
@@ -147,7 +149,7 @@ TEST(SafetensorsReader, NameGivenTwice) {
   const auto path = dir / "twice.safetensors";
   // JSON parsers keep one of the two; which one depends on the parser.
   write_with_header(path,
-                    "{" + tensor_entry("w", "F32", "[2]", 0, 8) + "," +
+                    std::string("{") + tensor_entry("w", "F32", "[2]", 0, 8) + "," +
                         tensor_entry("w", "F32", "[1]", 8, 12) + "}",
                     12);
   expect_rejected(path, EINVAL, {"\"w\" twice"});
@@ -156,7 +158,7 @@ TEST(SafetensorsReader, NameGivenTwice) {
   expect_rejected(path, EINVAL, {"\"dtype\" twice"});
   // The same key in different objects is no repeat.
   write_with_header(path,
-                    "{" + tensor_entry("a", "F32", "[1]", 0, 4) + "," +
+                    std::string("{") + tensor_entry("a", "F32", "[1]", 0, 4) + "," +
                         tensor_entry("b", "F32", "[1]", 4, 8) + "}",
                     8);
   EXPECT_EQ(st::read_header(path).tensors.size(), 2U);
@@ -165,32 +167,33 @@ TEST(SafetensorsReader, NameGivenTwice) {
 TEST(SafetensorsReader, UnknownDtype) {
   const phx::test::TempDir dir;
   const auto path = dir / "dtype.safetensors";
-  write_with_header(path, "{" + tensor_entry("w", "F128", "[2]", 0, 32) + "}", 32);
+  write_with_header(path, std::string("{") + tensor_entry("w", "F128", "[2]", 0, 32) + "}", 32);
   expect_rejected(path, EINVAL, {"tensor \"w\"", "unknown dtype \"F128\""});
 }
 
 TEST(SafetensorsReader, ShapeSizeMismatch) {
   const phx::test::TempDir dir;
   const auto path = dir / "shape.safetensors";
-  write_with_header(path, "{" + tensor_entry("w", "F16", "[2,3]", 0, 16) + "}", 16);
+  write_with_header(path, std::string("{") + tensor_entry("w", "F16", "[2,3]", 0, 16) + "}", 16);
   expect_rejected(path, EINVAL, {"tensor \"w\"", "12 bytes", "span 16"});
 }
 
 TEST(SafetensorsReader, ShapeOverflow) {
   const phx::test::TempDir dir;
   const auto path = dir / "overflow.safetensors";
-  write_with_header(path, "{" + tensor_entry("w", "F64", "[4294967296,4294967296]", 0, 8) + "}", 8);
+  write_with_header(
+      path, std::string("{") + tensor_entry("w", "F64", "[4294967296,4294967296]", 0, 8) + "}", 8);
   expect_rejected(path, EOVERFLOW, {"tensor \"w\"", "overflows"});
 }
 
 TEST(SafetensorsReader, NegativeOrMalformedFields) {
   const phx::test::TempDir dir;
   const auto path = dir / "fields.safetensors";
-  write_with_header(path, "{" + tensor_entry("w", "U8", "[-2]", 0, 2) + "}", 2);
+  write_with_header(path, std::string("{") + tensor_entry("w", "U8", "[-2]", 0, 2) + "}", 2);
   expect_rejected(path, EINVAL, {"tensor \"w\"", "shape", "not a non-negative integer"});
   write_with_header(path, R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[0]}})", 2);
   expect_rejected(path, EINVAL, {"tensor \"w\"", "data_offsets"});
-  write_with_header(path, "{" + tensor_entry("w", "U8", "[0]", 4, 2) + "}", 4);
+  write_with_header(path, std::string("{") + tensor_entry("w", "U8", "[0]", 4, 2) + "}", 4);
   expect_rejected(path, EINVAL, {"tensor \"w\"", "end before they begin"});
 }
 
@@ -198,7 +201,7 @@ TEST(SafetensorsReader, OffsetsOutOfBounds) {
   const phx::test::TempDir dir;
   const auto path = dir / "bounds.safetensors";
   write_with_header(path,
-                    "{" + tensor_entry("a", "F32", "[2]", 0, 8) + "," +
+                    std::string("{") + tensor_entry("a", "F32", "[2]", 0, 8) + "," +
                         tensor_entry("b", "F32", "[4]", 8, 24) + "}",
                     20);
   expect_rejected(path, EOVERFLOW, {"tensor \"b\"", "[8, 24)", "data section (20 bytes)"});
@@ -208,7 +211,7 @@ TEST(SafetensorsReader, OverlappingTensors) {
   const phx::test::TempDir dir;
   const auto path = dir / "overlap.safetensors";
   write_with_header(path,
-                    "{" + tensor_entry("a", "F32", "[4]", 0, 16) + "," +
+                    std::string("{") + tensor_entry("a", "F32", "[4]", 0, 16) + "," +
                         tensor_entry("b", "F32", "[2]", 12, 20) + "}",
                     20);
   expect_rejected(path, EINVAL, {"tensor \"b\"", "overlap tensor \"a\""});
@@ -218,7 +221,7 @@ TEST(SafetensorsReader, EmptyTensorsOverlapNothing) {
   const phx::test::TempDir dir;
   const auto path = dir / "empty.safetensors";
   write_with_header(path,
-                    "{" + tensor_entry("a", "F32", "[4]", 0, 16) + "," +
+                    std::string("{") + tensor_entry("a", "F32", "[4]", 0, 16) + "," +
                         tensor_entry("z", "F32", "[0]", 8, 8) + "}",
                     16);
   const st::FileHeader h = st::read_header(path);
