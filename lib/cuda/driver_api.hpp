@@ -27,10 +27,11 @@ using CUstream = CUstream_st *;
 using CUevent = CUevent_st *;
 using CUhostFn = void (*)(void *);
 
-inline constexpr CUresult kSuccess = 0;            // CUDA_SUCCESS
-inline constexpr CUresult kErrorInvalidValue = 1;  // CUDA_ERROR_INVALID_VALUE
-inline constexpr CUresult kErrorNoDevice = 100;    // CUDA_ERROR_NO_DEVICE
-inline constexpr CUresult kErrorNotReady = 600;    // CUDA_ERROR_NOT_READY
+inline constexpr CUresult kSuccess = 0;              // CUDA_SUCCESS
+inline constexpr CUresult kErrorInvalidValue = 1;    // CUDA_ERROR_INVALID_VALUE
+inline constexpr CUresult kErrorNoDevice = 100;      // CUDA_ERROR_NO_DEVICE
+inline constexpr CUresult kErrorNotReady = 600;      // CUDA_ERROR_NOT_READY
+inline constexpr CUresult kErrorNotSupported = 801;  // CUDA_ERROR_NOT_SUPPORTED
 
 // CUpointer_attribute
 inline constexpr int kPointerAttributeContext = 1;

@@ -18,7 +18,6 @@
 #include <string>
 #include <vector>
 
-#include "core/config.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/registration_access.hpp"
@@ -34,8 +33,7 @@ class StagedMover final : public GatherMover {
   StagedMover(int device_id, unsigned depth, std::size_t slot_size, std::size_t count)
       : gpu_(device_id), queue_(depth), depth_(depth), slot_size_(slot_size) {
     const cuda::Driver &d = *cuda::driver();
-    batch_copies_ =
-        d.MemcpyBatchAsync != nullptr && env_size("PHX_GATHER_BATCH_COPIES", 1, 0, 1) != 0;
+    batch_copies_ = d.MemcpyBatchAsync != nullptr;
     const cuda::ScopedContext scope(gpu_.context());
     staging_ = PinnedBuffer(count * slot_size_);
     cuda::check(d.StreamCreate(&stream_, cuda::kStreamNonBlocking), "cuStreamCreate");
@@ -239,9 +237,14 @@ class StagedMover final : public GatherMover {
       // before it on the stream may still produce.
       cuda::MemcpyAttributes attributes;
       std::size_t first = 0;
-      if (d.MemcpyBatchAsync(copy_dst_.data(), copy_src_.data(), copy_size_.data(), copies_.size(),
-                             &attributes, &first, 1, stream_) == cuda::kSuccess) {
+      const cuda::CUresult batched =
+          d.MemcpyBatchAsync(copy_dst_.data(), copy_src_.data(), copy_size_.data(), copies_.size(),
+                             &attributes, &first, 1, stream_);
+      if (batched == cuda::kSuccess) {
         return;
+      }
+      if (batched == cuda::kErrorNotSupported) {
+        batch_copies_ = false;  // the driver has the call but not for this GPU or platform
       }
       // Copies the refused batch may have enqueued are the same bytes to
       // the same place: doing them again one by one changes nothing.

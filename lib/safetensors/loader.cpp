@@ -21,7 +21,6 @@
 #include <thread>
 #include <vector>
 
-#include "core/config.hpp"
 #include "core/error.hpp"
 #include "gather/gather_mover.hpp"
 #include "phoenix/safetensors.hpp"
@@ -216,39 +215,18 @@ std::size_t stream_slots(const LoadOptions &options) {
   return std::size_t{stream_depth(options)} * 5 / 4 + 1;
 }
 
-// PHX_LOADER_STREAM=0 reads compat O_DIRECT files through File::read too.
-bool streams_enabled() {
-  return detail::env_size("PHX_LOADER_STREAM", 1, 0, 1) != 0;
-}
-
-// PHX_LOADER_STREAM_FILES: files the stream reads at once (default 1, in
-// file order).  On the H200's one virtio disk four files at once were
-// 0.97x one file, paired (docs/results.md), so one stays the default;
-// storage that stripes over several drives may reward spreading.
-std::size_t stream_files() {
-  return detail::env_size("PHX_LOADER_STREAM_FILES", 1, 1, 64);
-}
-
-struct StreamedRequest {
-  detail::PlannedRequest request;
-  const Streamed *owner = nullptr;
-};
-
 // One move of every request: one long queue never drains between files or
-// segments.  Each file's requests in order; with @p files > 1, interleaved
-// one by one over that many files at once, the next file taking the place
-// of one that has none left.  The mover counts bytes into shared.done as
+// segments.  Files one after another, in the segments' order: the depth
+// already spans parallel_files files' worth of requests (stream_depth), and
+// spreading requests over four files at once measured 0.97x one file on a
+// virtio disk (docs/results.md).  The mover counts bytes into shared.done as
 // they land.
 void read_streamed(detail::GatherMover &mover, std::span<const Streamed> segments,
                    const LoadOptions &options, SharedState &shared) {
   const std::size_t request = stream_request(options);
-  std::vector<std::vector<StreamedRequest>> by_file;
-  const File *last = nullptr;
+  std::vector<detail::PlannedRequest> requests;
+  std::vector<const Streamed *> owner;
   for (const Streamed &st : segments) {
-    if (by_file.empty() || st.file != last) {
-      by_file.emplace_back();
-      last = st.file;
-    }
     const Segment &s = *st.target->segment;
     const std::uint64_t span = request_span(s, *st.header, options);
     for (std::uint64_t off = 0; off < span; off += request) {
@@ -259,26 +237,8 @@ void read_streamed(detail::GatherMover &mover, std::span<const Streamed> segment
       r.file_offset = s.file_begin + off;
       r.size = static_cast<std::size_t>(std::min<std::uint64_t>(request, span - off));
       r.count = 1;
-      by_file.back().push_back({r, &st});
-    }
-  }
-  std::vector<detail::PlannedRequest> requests;
-  std::vector<const Streamed *> owner;
-  const std::size_t lanes = stream_files();
-  std::vector<std::pair<std::size_t, std::size_t>> active;  // (file, its next request)
-  std::size_t waiting = 0;
-  while (waiting < by_file.size() || !active.empty()) {
-    while (active.size() < lanes && waiting < by_file.size()) {
-      active.emplace_back(waiting++, 0);
-    }
-    for (auto it = active.begin(); it != active.end();) {
-      const std::vector<StreamedRequest> &file = by_file[it->first];
-      if (it->second < file.size()) {
-        requests.push_back(file[it->second].request);
-        owner.push_back(file[it->second].owner);
-        ++it->second;
-      }
-      it = it->second < file.size() ? it + 1 : active.erase(it);
+      requests.push_back(r);
+      owner.push_back(&st);
     }
   }
   std::vector<detail::RequestOutcome> outcomes(requests.size());
@@ -402,7 +362,7 @@ void Loader::warm_up(const Checkpoint &checkpoint) {
     File file(first.path, O_RDONLY, 0644,
               needs_direct_io(dev.capabilities()) ? DirectIo::required : DirectIo::preferred);
     (void)file.read(reg, 0, size, 0);
-    if (dev.capabilities().staged && options_.cache != CachePolicy::buffered && streams_enabled()) {
+    if (dev.capabilities().staged && options_.cache != CachePolicy::buffered) {
       (void)stream(s.device);  // its pinned staging is slow to allocate
     }
   }
@@ -458,7 +418,7 @@ std::shared_ptr<LoadedCheckpoint> Loader::load(Checkpoint checkpoint) {
   std::vector<std::unique_ptr<File>> streamed_files;
   std::vector<std::unique_ptr<File>> opened(ckpt.files.size());  // buffered: for their worker
   std::map<int, std::vector<Streamed>> streams;
-  if (streams_enabled()) {
+  {
     for (std::size_t f = 0; f < work.size(); ++f) {
       const bool staged =
           !work[f].empty() && std::all_of(work[f].begin(), work[f].end(), [&](const Target *t) {

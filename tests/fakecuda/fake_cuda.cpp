@@ -39,6 +39,7 @@ constexpr CUresult kInvalidDevice = 101;
 constexpr CUresult kInvalidContext = 201;
 constexpr CUresult kInvalidHandle = 400;
 constexpr CUresult kNotReady = 600;
+constexpr CUresult kNotSupported = 801;
 
 constexpr int kMaxDevices = 8;
 constexpr unsigned kMemoryTypeHost = 1;
@@ -151,6 +152,7 @@ struct Globals {
   unsigned long long next_buffer_id = 1;  // NOLINT(google-runtime-int): never reused, as CUDA's
   std::atomic<long> copies{0};
   std::atomic<unsigned> op_delay_us{0};
+  std::atomic<bool> batches_supported{true};
   std::atomic<long> copy_batches{0};
   struct Failure {
     unsigned nth = 0;
@@ -850,6 +852,9 @@ CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, std::size_t
                                std::size_t count, CUmemcpyAttributes_st *attrs,
                                std::size_t *attr_indices, std::size_t attr_count,
                                CUstream_st *stream) {
+  if (!globals().batches_supported.load()) {
+    return kNotSupported;  // as a driver whose GPU or platform lacks batched copies
+  }
   if (reinterpret_cast<std::uintptr_t>(stream) <= 1 || count == 0 || dsts == nullptr ||
       srcs == nullptr || sizes == nullptr || attrs == nullptr || attr_indices == nullptr ||
       attr_count == 0 || attr_count > count || attr_indices[0] != 0) {
@@ -908,6 +913,10 @@ void phx_fake_cuda_get_counts(struct phx_fake_cuda_counts *out) {
   }
   out->copies = g.copies.load();
   out->copy_batches = g.copy_batches.load();
+}
+
+void phx_fake_cuda_set_batches_supported(int supported) {
+  globals().batches_supported.store(supported != 0);
 }
 
 void phx_fake_cuda_set_op_delay_us(unsigned delay_us) {

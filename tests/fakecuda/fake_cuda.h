@@ -42,6 +42,10 @@ struct phx_fake_cuda_counts {
 };
 void phx_fake_cuda_get_counts(struct phx_fake_cuda_counts *out);
 
+/** 0: cuMemcpyBatchAsync_v2 returns CUDA_ERROR_NOT_SUPPORTED, as on a
+ *  driver or platform without batched copies; 1 (the default): it works. */
+void phx_fake_cuda_set_batches_supported(int supported);
+
 /** Every stream operation waits this long before it runs (0: none). */
 void phx_fake_cuda_set_op_delay_us(unsigned delay_us);
 

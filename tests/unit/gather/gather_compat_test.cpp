@@ -7,7 +7,6 @@
 // variants keep the stream's order.  tests/gpu runs the same on a GPU.
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <stdlib.h>  // setenv/unsetenv are POSIX, not in <cstdlib>
 
 #include <algorithm>
 #include <cerrno>
@@ -130,7 +129,7 @@ TEST_F(CompatGatherFake, PastEndOfFileFailsOnlyThoseBlocks) {
 
 struct RefusedCopyCase {
   const char *name;
-  bool batch;  // PHX_GATHER_BATCH_COPIES
+  bool batch;  // whether the driver takes batched copies
 };
 
 void PrintTo(const RefusedCopyCase &c, std::ostream *os) {
@@ -140,7 +139,7 @@ void PrintTo(const RefusedCopyCase &c, std::ostream *os) {
 class RefusedCopy : public CompatGatherFake, public ::testing::WithParamInterface<RefusedCopyCase> {
  protected:
   void TearDown() override {
-    ::unsetenv("PHX_GATHER_BATCH_COPIES");
+    phx_fake_cuda_set_batches_supported(1);
     CompatGatherFake::TearDown();
   }
 };
@@ -159,7 +158,7 @@ INSTANTIATE_TEST_SUITE_P(FakeGpu, RefusedCopy,
 TEST_P(RefusedCopy, FailsOnlyItsRequest) {
   constexpr std::size_t kBlock = 16384;
   constexpr std::size_t kCount = 64;
-  ::setenv("PHX_GATHER_BATCH_COPIES", GetParam().batch ? "1" : "0", 1);
+  phx_fake_cuda_set_batches_supported(GetParam().batch ? 1 : 0);
   write_pattern_file(dir_ / "kv", kCount * kBlock, kSeed);
   auto dev = Device::open(0, Engine::compat);
   FakeDeviceMemory pool(kCount * kBlock);
@@ -176,7 +175,7 @@ TEST_P(RefusedCopy, FailsOnlyItsRequest) {
   if (GetParam().batch) {
     EXPECT_GE(between.copy_batches - before.copy_batches, 1) << "no copy went in a batch";
   } else {
-    EXPECT_EQ(between.copy_batches, before.copy_batches) << "batched although switched off";
+    EXPECT_EQ(between.copy_batches, before.copy_batches) << "a refused batch was counted";
   }
   EXPECT_EQ(between.copies - before.copies, static_cast<long>(kCount));
   pool.fill(std::byte{0});

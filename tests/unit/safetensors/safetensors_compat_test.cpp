@@ -4,7 +4,6 @@
 // over two GPUs by a device map, into loader-allocated or caller-supplied
 // memory, and the loader's device memory is freed with the last tensor.
 #include <gtest/gtest.h>
-#include <stdlib.h>  // setenv/unsetenv are POSIX, not in <cstdlib>
 
 #include <filesystem>
 #include <map>
@@ -24,22 +23,6 @@ namespace phx::test {
 namespace {
 
 using SafetensorsCompat = FakeGpuTest;
-
-// An environment variable set for one test, unset again even when it fails.
-class ScopedEnv {
- public:
-  ScopedEnv(const char *name, const std::string &value) : name_(name) {
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() { ::unsetenv(name_); }
-  ScopedEnv(const ScopedEnv &) = delete;
-  ScopedEnv &operator=(const ScopedEnv &) = delete;
-  ScopedEnv(ScopedEnv &&) = delete;
-  ScopedEnv &operator=(ScopedEnv &&) = delete;
-
- private:
-  const char *name_;
-};
 
 st::LoadOptions compat_options() {
   st::LoadOptions o;
@@ -101,25 +84,6 @@ TEST_F(SafetensorsCompat, ShardedCheckpointOnTwoGpusByteForByte) {
   }
 }
 
-// PHX_LOADER_STREAM_FILES interleaves the stream's requests over several
-// files at once, the last files' (and the second GPU's) too.
-TEST_F(SafetensorsCompat, StreamOverSeveralFilesAtOnceByteForByte) {
-  const auto tensors = write_sharded(dir_);
-  for (const char *files : {"2", "5", "64"}) {
-    SCOPED_TRACE(std::string("PHX_LOADER_STREAM_FILES=") + files);
-    const ScopedEnv lanes("PHX_LOADER_STREAM_FILES", files);
-    st::LoadOptions o = compat_options();
-    o.cache = st::CachePolicy::direct;
-    o.devices = st::DeviceMap::parse("layers.1=1,layers.4=1", 0);
-    const auto loaded = st::load(st::open_checkpoint(dir_ / "model.safetensors.index.json"), o);
-    expect_on_gpus(*loaded, tensors, o.devices);
-    if (loaded->stats.files_direct == 0) {
-      GTEST_SKIP() << dir_.path() << " has no O_DIRECT: the stream never runs there";
-    }
-    EXPECT_EQ(loaded->stats.files_streamed, 5U);
-  }
-}
-
 // Larger than one of the stream's default 32 MiB requests, ending
 // mid-block; then in 1 MiB requests, two in flight over three staging
 // slots, so that every slot is taken again while its copy may still run.
@@ -150,17 +114,6 @@ TEST_F(SafetensorsCompat, StreamOfManyRequestsByteForByte) {
       EXPECT_EQ(loaded->stats.files_streamed, 1U);
     }
   }
-}
-
-TEST_F(SafetensorsCompat, DirectFilesWithoutTheStreamByteForByte) {
-  const auto tensors = write_sharded(dir_);
-  const ScopedEnv off("PHX_LOADER_STREAM", "0");
-  st::LoadOptions o = compat_options();
-  o.cache = st::CachePolicy::direct;
-  o.devices = st::DeviceMap::parse("layers.1=1", 0);
-  const auto loaded = st::load(st::open_checkpoint(dir_ / "model.safetensors.index.json"), o);
-  expect_on_gpus(*loaded, tensors, o.devices);
-  EXPECT_EQ(loaded->stats.files_streamed, 0U);
 }
 
 TEST_F(SafetensorsCompat, StreamedFileCutShortNamesTheFile) {
