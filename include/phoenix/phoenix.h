@@ -71,9 +71,10 @@ typedef enum phxfs_engine {
 } phxfs_engine_t;
 
 /**
- * phxfs_open - open device @device_id with the engine PHX_ENGINE names (auto
- * when unset).  Opens are counted: opening an open device succeeds and
- * shares it; each open needs its phxfs_close().
+ * phxfs_open - open device @device_id with the process default options
+ * (phxfs_options_init(): the engine PHX_ENGINE names, auto when unset).
+ * Opens are counted: opening an open device succeeds and shares it, with
+ * the options it was first opened with; each open needs its phxfs_close().
  * Errors: EINVAL device_id out of [0, PHXFS_MAX_DEVICES) or PHX_ENGINE
  * invalid; EBUSY already open with another engine than the one asked for;
  * ENODEV direct engine forced but no /dev/phxfs_devN; EPROTO module speaks
@@ -84,6 +85,41 @@ PHXFS_API PHXFS_NODISCARD int phxfs_open(int device_id);
 /** phxfs_open_engine - as phxfs_open() with an explicit engine (AUTO defers
  *  to PHX_ENGINE, then to detection). ENOTSUP for an engine not built. */
 PHXFS_API PHXFS_NODISCARD int phxfs_open_engine(int device_id, phxfs_engine_t engine);
+
+/**
+ * struct phxfs_options - a device's tunables: phx::Options in C.  Fill it
+ * with phxfs_options_init() (the process defaults: built-in values with the
+ * PHX_* environment applied, read once), change what you need, and pass it
+ * to phxfs_open_options().  The fields, their variables and ranges are
+ * phx::Options' (phoenix.hpp, docs/configuration.md).
+ * @size: sizeof(struct phxfs_options) as the caller was compiled; lets
+ *        later versions add fields at the end.
+ */
+typedef struct phxfs_options {
+  size_t size;
+  phxfs_engine_t engine;       /**< PHX_ENGINE */
+  unsigned queue_depth;        /**< PHX_QUEUE_DEPTH: io_uring entries */
+  size_t staging_bytes;        /**< PHX_STAGING_SIZE: bounce buffer per I/O thread */
+  unsigned copy_threads;       /**< PHX_COPY_THREADS (compat) */
+  unsigned copy_depth;         /**< PHX_COPY_DEPTH: chunks in flight per copy thread */
+  size_t copy_chunk;           /**< PHX_COPY_CHUNK: buffered descriptors */
+  size_t copy_direct_chunk;    /**< PHX_COPY_DIRECT_CHUNK: O_DIRECT descriptors */
+  unsigned stream_workers;     /**< PHX_STREAM_WORKERS */
+  size_t stream_staging_bytes; /**< PHX_STREAM_STAGING */
+} phxfs_options_t;
+
+/** phxfs_options_init - fill @options with the process defaults.  Errors:
+ *  EINVAL null @options or a malformed PHX_* variable. */
+PHXFS_API PHXFS_NODISCARD int phxfs_options_init(phxfs_options_t *options);
+
+/**
+ * phxfs_open_options - as phxfs_open() with @options.  Opening a device that
+ * is already open succeeds only when @options equal the ones it was opened
+ * with (engine AUTO matches any engine), else EBUSY.  Errors: EINVAL null
+ * @options, a @size this library does not know, or a field out of range
+ * (phxfs_last_error() names it); the errors of phxfs_open().
+ */
+PHXFS_API PHXFS_NODISCARD int phxfs_open_options(int device_id, const phxfs_options_t *options);
 
 /**
  * phxfs_close - undo one phxfs_open(); the last one deregisters everything

@@ -103,6 +103,57 @@ struct EngineChoice {
 [[nodiscard]] PHX_EXPORT EngineChoice choose_engine(int device_id,
                                                     Engine requested = Engine::automatic);
 
+/// Tunables of one device and the I/O through it, one meaning per name.
+///
+/// Options{} holds the built-in defaults; Options::defaults() is those with
+/// the PHX_* environment variables applied, read once per process (a
+/// malformed value throws std::system_error(EINVAL) naming the variable).
+/// Device::open(id, options) overrides them for one device; IoQueue,
+/// GatherOptions and LoadOptions take per-call values where 0 means "the
+/// device's" (or, without a device, the process default).  The variables:
+/// docs/configuration.md.
+struct PHX_EXPORT Options {
+  /// PHX_ENGINE.  automatic: the process default (PHX_ENGINE), else detection.
+  Engine engine = Engine::automatic;
+  /// PHX_QUEUE_DEPTH: io_uring entries of an IoQueue or a gather, 1..32768.
+  unsigned queue_depth = 128;
+  /// PHX_STAGING_SIZE: each I/O thread's host bounce buffer for the
+  /// unaligned edges of O_DIRECT transfers and for memory O_DIRECT cannot
+  /// take (and storage refusing peer memory), 4 KiB..1 GiB.
+  std::size_t staging_bytes = std::size_t{4} << 20;
+  /// PHX_COPY_THREADS: copy threads of a compat device, 1..256.  8 to 16
+  /// threads with 4 MiB chunks all reached 50-52 GB/s warm on an H200 with
+  /// 16 cores (docs/gpu.md).
+  unsigned copy_threads = 12;
+  /// PHX_COPY_DEPTH: chunks in flight per copy thread, 2..64 (one is read
+  /// while another is copied).
+  unsigned copy_depth = 2;
+  /// PHX_COPY_CHUNK: bytes per chunk (one pread/pwrite and one copy) on a
+  /// buffered descriptor, 4 KiB..1 GiB, rounded up to 4 KiB.  Small chunks
+  /// stay in the CPU caches between the read and the DMA.
+  std::size_t copy_chunk = std::size_t{4} << 20;
+  /// PHX_COPY_DIRECT_CHUNK: the same for O_DIRECT descriptors, where the
+  /// disk wants more bytes in flight (1.2 GB/s with 4 MiB chunks, 1.7 GB/s,
+  /// the read-to-pinned ceiling, with 16 MiB on a virtio disk).
+  std::size_t copy_direct_chunk = std::size_t{16} << 20;
+  /// PHX_STREAM_WORKERS: threads that run a device's stream-ordered I/O,
+  /// 1..1024; more operations in flight wait in order for one.
+  unsigned stream_workers = 16;
+  /// PHX_STREAM_STAGING: pinned host memory a compat device's stream-ordered
+  /// I/O may hold, 64 KiB..64 GiB; a submit beyond it waits for earlier
+  /// operations to return theirs.
+  std::size_t stream_staging_bytes = std::size_t{256} << 20;
+
+  /// The built-in defaults with the environment applied (read now).
+  [[nodiscard]] static Options from_environment();
+  /// from_environment() as read the first time any caller asked.
+  [[nodiscard]] static Options defaults();
+  /// Throws std::system_error(EINVAL) naming the first field out of range.
+  void validate() const;
+
+  friend bool operator==(const Options &, const Options &) = default;
+};
+
 /// What the phxfs module reports for one device (GET_INFO).
 struct ModuleDeviceInfo {
   std::uint32_t abi_version = 0;
@@ -132,6 +183,8 @@ class PHX_EXPORT Device {
   /// Throws std::system_error: EINVAL bad id or engine, ENODEV the direct
   /// engine forced without the module, ENOTSUP an engine not built.
   [[nodiscard]] static Device open(int device_id, Engine engine = Engine::automatic);
+  /// Opens with @p options (validated; options.engine as @p engine above).
+  [[nodiscard]] static Device open(int device_id, const Options &options);
 
   Device(Device &&) noexcept;
   Device &operator=(Device &&) noexcept;
@@ -145,6 +198,8 @@ class PHX_EXPORT Device {
   [[nodiscard]] const std::string &engine_reason() const noexcept;
   /// What engine() can do (engine_capabilities(engine())).
   [[nodiscard]] EngineCapabilities capabilities() const noexcept;
+  /// The options it was opened with (engine: the one asked for).
+  [[nodiscard]] const Options &options() const noexcept;
 
   /// Registers [addr, addr + size) and maps it into one contiguous host
   /// virtual range.  Any size; for the direct engine an unaligned range is
@@ -316,7 +371,8 @@ struct IoCompletion {
 /// Not thread-safe: use one queue per thread.
 class PHX_EXPORT IoQueue {
  public:
-  /// @p depth: ring entries (0: PHX_QUEUE_DEPTH, default 128).
+  /// @p depth: ring entries (0: Options::defaults().queue_depth, 128 unless
+  /// PHX_QUEUE_DEPTH says otherwise).
   explicit IoQueue(unsigned depth = 0);
   IoQueue(IoQueue &&) noexcept;
   IoQueue &operator=(IoQueue &&) noexcept;

@@ -33,19 +33,28 @@ struct OpenDevice {
 
 class DeviceTable {
  public:
-  int open(int device_id, Engine requested) {
+  // @p exact: the device may already be open only with these options
+  // (phxfs_open_options); otherwise only the engine must agree.
+  int open(int device_id, const Options &options, bool exact) {
     check_device_id(device_id);
     const std::unique_lock lock(mutex_);
     OpenDevice &slot = slots_.at(static_cast<std::size_t>(device_id));
     if (slot.state) {
+      const Engine requested = options.engine;
       if (requested != Engine::automatic && requested != slot.state->engine()) {
         throw_errno(EBUSY, "device " + std::to_string(device_id) + " is already open with the " +
                                std::string(to_string(slot.state->engine())) + " engine");
       }
+      Options open_with = slot.state->options();
+      open_with.engine = options.engine;
+      if (exact && open_with != options) {
+        throw_errno(EBUSY,
+                    "device " + std::to_string(device_id) + " is already open with other options");
+      }
       ++slot.opens;
       return 0;
     }
-    slot.state = DeviceState::open(device_id, requested);
+    slot.state = DeviceState::open(device_id, options);
     slot.opens = 1;
     return 0;
   }
@@ -189,6 +198,7 @@ ssize_t io(const char *function, Direction dir, phxfs_fileid_t fid, const void *
     const int err = errno;
     throw_errno(err, what());
   }
+  policy.chunk_size = state->options().staging_bytes;
   TransferResult r =
       state->backend().transfer(dir, fid.fd, *mapping, mapping_offset, nbyte, file_offset, policy);
   if (r.error == EINVAL && r.done == 0 && page_aligned) {
@@ -197,6 +207,7 @@ ssize_t io(const char *function, Direction dir, phxfs_fileid_t fid, const void *
       const int err = errno;
       throw_errno(err, what());
     }
+    policy.chunk_size = state->options().staging_bytes;
     r = state->backend().transfer(dir, fid.fd, *mapping, mapping_offset, nbyte, file_offset,
                                   policy);
   }
@@ -274,8 +285,62 @@ int phxfs_open(int device_id) {
 
 int phxfs_open_engine(int device_id, phxfs_engine_t engine) {
   phx::detail::last_error.clear();
-  return guarded("phxfs_open", -1,
-                 [&] { return devices().open(device_id, engine_from_c(engine)); });
+  return guarded("phxfs_open", -1, [&] {
+    phx::Options options = phx::Options::defaults();
+    if (const Engine e = engine_from_c(engine); e != Engine::automatic) {
+      options.engine = e;
+    }
+    return devices().open(device_id, options, false);
+  });
+}
+
+int phxfs_options_init(phxfs_options_t *options) {
+  phx::detail::last_error.clear();
+  return guarded("phxfs_options_init", -1, [&] {
+    if (options == nullptr) {
+      phx::detail::throw_errno(EINVAL, "null options");
+    }
+    const phx::Options o = phx::Options::defaults();
+    *options = phxfs_options_t{};
+    options->size = sizeof(phxfs_options_t);
+    options->engine = engine_to_c(o.engine);
+    options->queue_depth = o.queue_depth;
+    options->staging_bytes = o.staging_bytes;
+    options->copy_threads = o.copy_threads;
+    options->copy_depth = o.copy_depth;
+    options->copy_chunk = o.copy_chunk;
+    options->copy_direct_chunk = o.copy_direct_chunk;
+    options->stream_workers = o.stream_workers;
+    options->stream_staging_bytes = o.stream_staging_bytes;
+    return 0;
+  });
+}
+
+int phxfs_open_options(int device_id, const phxfs_options_t *options) {
+  phx::detail::last_error.clear();
+  return guarded("phxfs_open_options", -1, [&] {
+    if (options == nullptr) {
+      phx::detail::throw_errno(EINVAL, "null options");
+    }
+    if (options->size != sizeof(phxfs_options_t)) {
+      phx::detail::throw_errno(EINVAL, "options.size " + std::to_string(options->size) +
+                                           ": this library knows " +
+                                           std::to_string(sizeof(phxfs_options_t)) +
+                                           " (fill it with phxfs_options_init)");
+    }
+    phx::Options o;
+    o.engine = engine_from_c(options->engine);
+    o.queue_depth = options->queue_depth;
+    o.staging_bytes = options->staging_bytes;
+    o.copy_threads = options->copy_threads;
+    o.copy_depth = options->copy_depth;
+    o.copy_chunk = options->copy_chunk;
+    o.copy_direct_chunk = options->copy_direct_chunk;
+    o.stream_workers = options->stream_workers;
+    o.stream_staging_bytes = options->stream_staging_bytes;
+    o.validate();
+    return devices().open(device_id, o, true);
+  });
 }
 
 int phxfs_close(int device_id) {

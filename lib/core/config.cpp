@@ -60,8 +60,4 @@ std::size_t env_size(const char *name, std::size_t fallback, std::size_t min, st
   return *value;
 }
 
-std::size_t chunk_size_from_env() {
-  return env_size("PHX_CHUNK_SIZE", kDefaultChunkSize, 4096, std::size_t{1} << 30);
-}
-
 }  // namespace phx::detail

@@ -12,7 +12,15 @@ Device &Device::operator=(Device &&) noexcept = default;
 Device::~Device() = default;
 
 Device Device::open(int device_id, Engine engine) {
-  return Device(detail::DeviceState::open(device_id, engine));
+  Options options = Options::defaults();
+  if (engine != Engine::automatic) {
+    options.engine = engine;
+  }
+  return Device(detail::DeviceState::open(device_id, options));
+}
+
+Device Device::open(int device_id, const Options &options) {
+  return Device(detail::DeviceState::open(device_id, options));
 }
 
 int Device::id() const noexcept {
@@ -23,6 +31,9 @@ Engine Device::engine() const noexcept {
 }
 EngineCapabilities Device::capabilities() const noexcept {
   return state_->capabilities();
+}
+const Options &Device::options() const noexcept {
+  return state_->options();
 }
 const std::string &Device::engine_reason() const noexcept {
   return state_->reason();

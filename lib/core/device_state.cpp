@@ -18,13 +18,15 @@ std::string describe_range(int device_id, const void *address, std::size_t size)
 
 }  // namespace
 
-DeviceState::DeviceState(int id, std::unique_ptr<EngineBackend> backend, std::string reason)
-    : id_(id), backend_(std::move(backend)), reason_(std::move(reason)) {}
+DeviceState::DeviceState(int id, std::unique_ptr<EngineBackend> backend, std::string reason,
+                         Options options)
+    : id_(id), backend_(std::move(backend)), reason_(std::move(reason)), options_(options) {}
 
-std::shared_ptr<DeviceState> DeviceState::open(int device_id, Engine requested) {
-  const EngineChoice choice = choose_engine(device_id, requested);
-  auto state = std::make_shared<DeviceState>(device_id, make_backend(device_id, choice.engine),
-                                             choice.reason);
+std::shared_ptr<DeviceState> DeviceState::open(int device_id, const Options &options) {
+  options.validate();
+  const EngineChoice choice = choose_engine(device_id, options.engine);
+  auto state = std::make_shared<DeviceState>(
+      device_id, make_backend(device_id, choice.engine, options), choice.reason, options);
   if (log_enabled(LogLevel::info)) {
     log(LogLevel::info, "device " + std::to_string(device_id) + ": " +
                             std::string(to_string(choice.engine)) + " engine (" + choice.reason +

@@ -19,14 +19,16 @@ namespace phx::detail {
 void check_device_id(int device_id);
 
 /// The backend for an already resolved engine, from the engine table.  Throws.
-[[nodiscard]] std::unique_ptr<EngineBackend> make_backend(int device_id, Engine engine);
+[[nodiscard]] std::unique_ptr<EngineBackend> make_backend(int device_id, Engine engine,
+                                                          const Options &options);
 
 class DeviceState {
  public:
-  DeviceState(int id, std::unique_ptr<EngineBackend> backend, std::string reason);
+  DeviceState(int id, std::unique_ptr<EngineBackend> backend, std::string reason, Options options);
 
-  /// Resolves the engine and builds the backend.  Throws std::system_error.
-  [[nodiscard]] static std::shared_ptr<DeviceState> open(int device_id, Engine requested);
+  /// Validates @p options, resolves the engine and builds the backend.
+  /// Throws std::system_error.
+  [[nodiscard]] static std::shared_ptr<DeviceState> open(int device_id, const Options &options);
 
   [[nodiscard]] int id() const noexcept { return id_; }
   [[nodiscard]] Engine engine() const noexcept { return backend_->kind(); }
@@ -34,6 +36,7 @@ class DeviceState {
     return backend_->capabilities();
   }
   [[nodiscard]] const std::string &reason() const noexcept { return reason_; }
+  [[nodiscard]] const Options &options() const noexcept { return options_; }
   [[nodiscard]] EngineBackend &backend() const noexcept { return *backend_; }
   [[nodiscard]] RegistrationTable &table() noexcept { return table_; }
   [[nodiscard]] const RegistrationTable &table() const noexcept { return table_; }
@@ -52,6 +55,7 @@ class DeviceState {
   int id_;
   std::unique_ptr<EngineBackend> backend_;
   std::string reason_;
+  Options options_;
   RegistrationTable table_;
 };
 

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "core/config.hpp"
 #include "core/device_state.hpp"
 #include "core/error.hpp"
+#include "core/options.hpp"
 #include "engines/direct/driver.hpp"
 #include "phxfs_ioctl.h"
 
@@ -21,11 +21,11 @@
 namespace phx::detail {
 
 // Each engine's factory, defined in its folder.
-std::unique_ptr<EngineBackend> make_direct_backend(int device_id);
-std::unique_ptr<EngineBackend> make_host_backend(int device_id);
+std::unique_ptr<EngineBackend> make_direct_backend(int device_id, const Options &options);
+std::unique_ptr<EngineBackend> make_host_backend(int device_id, const Options &options);
 #if PHX_WITH_CUDA
-std::unique_ptr<EngineBackend> make_compat_backend(int device_id);
-std::unique_ptr<EngineBackend> make_cufile_backend(int device_id);
+std::unique_ptr<EngineBackend> make_compat_backend(int device_id, const Options &options);
+std::unique_ptr<EngineBackend> make_cufile_backend(int device_id, const Options &options);
 #endif
 
 namespace {
@@ -40,7 +40,7 @@ bool detect_compat(int device_id, std::string &why) {
 }
 #else
 template <Engine kEngine>
-std::unique_ptr<EngineBackend> needs_cuda(int device_id) {
+std::unique_ptr<EngineBackend> needs_cuda(int device_id, const Options & /*options*/) {
   throw_errno(ENOTSUP, "device " + std::to_string(device_id) + ": the " +
                            std::string(to_string(kEngine)) +
                            " engine needs a libphoenix built with CUDA (PHX_WITH_CUDA)");
@@ -168,12 +168,12 @@ void check_device_id(int device_id) {
   }
 }
 
-std::unique_ptr<EngineBackend> make_backend(int device_id, Engine engine) {
+std::unique_ptr<EngineBackend> make_backend(int device_id, Engine engine, const Options &options) {
   const EngineEntry *entry = find_engine(engine);
   if (entry == nullptr || entry->make == nullptr) {
     throw_errno(EINVAL, "device " + std::to_string(device_id) + ": engine not resolved");
   }
-  return entry->make(device_id);
+  return entry->make(device_id, options);
 }
 
 }  // namespace phx::detail
@@ -212,12 +212,16 @@ EngineCapabilities engine_capabilities(Engine engine) {
 EngineChoice choose_engine(int device_id, Engine requested) {
   detail::check_device_id(device_id);
   EngineChoice choice;
+  std::string origin = detail::default_engine_origin();
   if (requested != Engine::automatic) {
     choice.engine = requested;
-    choice.reason = "requested by the caller";
-  } else if (auto env = detail::env_string("PHX_ENGINE")) {
-    choice.engine = parse_engine(*env);
-    choice.reason = "PHX_ENGINE=" + std::string(*env);
+    // Device::open() passes the process default on as a request.
+    choice.reason = !origin.empty() && requested == Options::defaults().engine
+                        ? std::move(origin)
+                        : std::string("requested by the caller");
+  } else if (!origin.empty()) {
+    choice.engine = Options::defaults().engine;
+    choice.reason = std::move(origin);
   }
   if (choice.engine == Engine::automatic || choice.reason.empty()) {
     std::vector<const detail::EngineEntry *> order;

@@ -26,8 +26,9 @@ struct EngineEntry {
   /// Other names parse_engine() accepts (tools' old names): empty slots unused.
   std::array<std::string_view, 2> aliases{};
   EngineCapabilities capabilities{};
-  /// Builds the engine for device @p device_id; null for Engine::automatic.
-  std::unique_ptr<EngineBackend> (*make)(int device_id) = nullptr;
+  /// Builds the engine for device @p device_id with @p options (validated);
+  /// null for Engine::automatic.
+  std::unique_ptr<EngineBackend> (*make)(int device_id, const Options &options) = nullptr;
   /// Position in automatic detection (1 first); 0: never chosen by detection.
   unsigned detect_order = 0;
   /// Whether detection picks this engine for @p device_id; @p why says

@@ -19,7 +19,8 @@ constexpr std::size_t kDefaultHostViewRequest = std::size_t{1} << 20;
 // Small enough that the staging ring (2 x depth slots) stays tens of MiB.
 constexpr std::size_t kDefaultStagedRequest = std::size_t{256} << 10;
 
-GatherOptions resolve(Engine engine, const EngineCapabilities &caps, GatherOptions options) {
+GatherOptions resolve(Engine engine, const EngineCapabilities &caps, GatherOptions options,
+                      const Options &device_options) {
   if (!caps.gather) {
     refuse(engine, "phx::Gather", "gather mover", "use File::read/write");
   }
@@ -32,8 +33,7 @@ GatherOptions resolve(Engine engine, const EngineCapabilities &caps, GatherOptio
   }
   options.max_request = (options.max_request + kPage - 1) / kPage * kPage;
   if (options.queue_depth == 0) {
-    options.queue_depth = static_cast<unsigned>(
-        env_size("PHX_QUEUE_DEPTH", kDefaultQueueDepth, 1, std::size_t{32768}));
+    options.queue_depth = device_options.queue_depth;
   } else if (options.queue_depth > 32768) {
     throw_errno(EINVAL, "gather queue_depth " + std::to_string(options.queue_depth) +
                             " exceeds io_uring's 32768 entries");
@@ -66,10 +66,10 @@ int error_of(const std::exception_ptr &e) {
 }  // namespace
 
 Gatherer::Gatherer(int device_id, Engine engine, EngineCapabilities capabilities,
-                   GatherOptions options)
+                   GatherOptions options, const Options &device_options)
     : device_id_(device_id),
       capabilities_(capabilities),
-      options_(resolve(engine, capabilities, options)) {}
+      options_(resolve(engine, capabilities, options, device_options)) {}
 
 Gatherer::~Gatherer() {
   {
@@ -217,7 +217,7 @@ std::vector<GatherEntry> paged_blocks(File &file, const Registration &pool, std:
 
 Gather::Gather(const Device &device, GatherOptions options)
     : impl_(std::make_unique<detail::Gatherer>(device.id(), device.engine(), device.capabilities(),
-                                               options)) {}
+                                               options, device.options())) {}
 Gather::Gather(Gather &&) noexcept = default;
 Gather &Gather::operator=(Gather &&) noexcept = default;
 Gather::~Gather() = default;

@@ -22,7 +22,9 @@ namespace phx::detail {
 class Gatherer {
  public:
   /// Throws std::system_error(ENOTSUP) when @p engine has no gather mover.
-  Gatherer(int device_id, Engine engine, EngineCapabilities capabilities, GatherOptions options);
+  /// @p options' zeros take @p device_options' values.
+  Gatherer(int device_id, Engine engine, EngineCapabilities capabilities, GatherOptions options,
+           const Options &device_options);
   ~Gatherer();
   Gatherer(const Gatherer &) = delete;
   Gatherer &operator=(const Gatherer &) = delete;

@@ -13,6 +13,7 @@
 
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "phoenix/phoenix.hpp"
 
 namespace phx::detail {
 namespace {
@@ -186,15 +187,15 @@ bool is_aligned(const std::byte *buf, std::size_t size, std::uint64_t offset,
 TransferResult transfer(Direction dir, int fd, std::byte *buf, std::size_t size,
                         std::uint64_t offset, const IoPolicy &policy) noexcept {
   const std::size_t max_syscall = policy.max_syscall != 0 ? policy.max_syscall : kMaxSyscallBytes;
-  // PHX_CHUNK_SIZE matters only when memory must be bounced: read it then,
-  // not on every aligned request.
+  // The staging size matters only when memory must be bounced: look up the
+  // process default then, not on every aligned request.
   std::size_t chunk = policy.chunk_size;
   const auto chunk_size = [&chunk]() noexcept -> bool {
     if (chunk != 0) {
       return true;
     }
     try {
-      chunk = chunk_size_from_env();
+      chunk = Options::defaults().staging_bytes;
       return true;
     } catch (...) {
       return false;
@@ -232,7 +233,7 @@ TransferResult transfer(Direction dir, int fd, std::byte *buf, std::size_t size,
       } else if (chunk_size()) {
         r = bounced_body(dir, fd, p, body, off, policy, chunk);
       } else {
-        return {done, EINVAL};  // malformed PHX_CHUNK_SIZE
+        return {done, EINVAL};  // malformed PHX_STAGING_SIZE (or the old PHX_CHUNK_SIZE)
       }
     }
     if (r < 0) {

@@ -20,7 +20,7 @@ struct IoPolicy {
   std::size_t offset_align = 1;  ///< O_DIRECT file offset/length alignment
   std::size_t memory_align = 1;  ///< O_DIRECT memory alignment
   std::size_t max_syscall = 0;   ///< bytes per syscall (0: kMaxSyscallBytes)
-  std::size_t chunk_size = 0;    ///< staging buffer bytes (0: PHX_CHUNK_SIZE)
+  std::size_t chunk_size = 0;    ///< staging buffer bytes (0: Options::defaults())
 };
 
 struct TransferResult {

@@ -161,6 +161,9 @@ std::size_t File::transfer(bool is_write, const Registration *reg, std::size_t r
   policy.direct = direct_;
   policy.offset_align = offset_align_;
   policy.memory_align = memory_align_;
+  if (reg != nullptr) {
+    policy.chunk_size = reg->device_->options().staging_bytes;
+  }
   const auto dir = is_write ? detail::Direction::write : detail::Direction::read;
   const detail::TransferResult result =
       reg != nullptr ? reg->device_->backend().transfer(dir, fd_, *reg->mapping_, reg_offset, size,

@@ -252,8 +252,7 @@ unsigned queue_depth(unsigned requested) {
     }
     return requested;
   }
-  return static_cast<unsigned>(
-      detail::env_size("PHX_QUEUE_DEPTH", detail::kDefaultQueueDepth, 1, 32768));
+  return Options::defaults().queue_depth;
 }
 
 IoRequest make_request(IoOp op, File &file, const Registration &reg, std::size_t reg_offset,

@@ -330,7 +330,7 @@ bool StreamIo::enqueue_staged(std::shared_ptr<Op> &owned, CUstream_st *stream) {
   if (op.length == 0) {
     return false;
   }
-  const CopyPoolConfig config = copy_pool_config_from_env();
+  const CopyPoolConfig config = copy_pool_config(r.device->options());
   const std::size_t block = r.policy.direct ? std::max<std::size_t>(r.policy.offset_align, 1) : 1;
   const std::size_t chunk = r.policy.direct ? config.direct_chunk : config.chunk;
   op.chunk = std::max(block, chunk / block * block);
@@ -550,6 +550,9 @@ void StreamIo::submit(StreamRequest request, CUstream_st *stream) {
   // whatever holds the address by the time the stream gets there.
   if (std::string lost = request.mapping->lost(); !lost.empty()) {
     throw_errno(EFAULT, lost);
+  }
+  if (request.policy.chunk_size == 0) {
+    request.policy.chunk_size = request.device->options().staging_bytes;
   }
   auto op = std::make_shared<Op>();
   op->request = std::move(request);

@@ -30,12 +30,12 @@ import os
 import threading
 from typing import Any, Callable, Generic, Iterable, List, Mapping, Optional, Sequence, TypeVar, Union
 
-from ._phoenix import Device, Registration, Tensor, __version__, engine_for
+from ._phoenix import Device, Options, Registration, Tensor, __version__, engine_for
 from ._phoenix import File as _File
 from ._phoenix import Loader as _Loader
 
 __all__ = [
-    "Device", "File", "IOFuture", "Loader", "Registration", "Tensor", "engine_for",
+    "Device", "File", "IOFuture", "Loader", "Options", "Registration", "Tensor", "engine_for",
     "load_safetensors", "__version__",
 ]
 

@@ -79,12 +79,40 @@ class Registration:
     def __enter__(self) -> Self: ...
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool: ...
 
+class Options:
+    """A device's tunables (phx::Options; docs/configuration.md).
+
+    Options(**fields) starts from the process defaults (the PHX_* environment,
+    read once) and changes the fields named.  OSError(EINVAL) names a field
+    out of range."""
+    engine: str
+    queue_depth: int
+    staging_bytes: int
+    copy_threads: int
+    copy_depth: int
+    copy_chunk: int
+    copy_direct_chunk: int
+    stream_workers: int
+    stream_staging_bytes: int
+    def __init__(self, **fields: Any) -> None: ...
+    @staticmethod
+    def defaults() -> Options:
+        """The process defaults (the environment as first read)."""
+    @staticmethod
+    def from_environment() -> Options:
+        """The built-in defaults with the environment applied, read now."""
+    def validate(self) -> None:
+        """Raises OSError(EINVAL) naming the first field out of range."""
+    def __eq__(self, other: object) -> bool: ...
+
 class Device:
     """A device opened with an engine, for registering buffers.
 
     Device("cpu"): host memory, host engine.  Device("cuda:N", engine):
-    engine "auto", "direct", "compat" or "cufile"."""
-    def __init__(self, device: str = "cpu", engine: str = "auto") -> None: ...
+    engine "auto", "direct", "compat" or "cufile".  options: the engine's
+    tunables, fixed by the first Device of a GPU and engine in a process."""
+    def __init__(self, device: str = "cpu", engine: str = "auto", *,
+                 options: Optional[Options] = None) -> None: ...
     def register(self, buf: Any) -> Registration:
         """Registers buf (DLPack, CUDA array interface or buffer protocol) once for many I/Os."""
     def close(self) -> None:
@@ -101,6 +129,9 @@ class Device:
     @property
     def engine_reason(self) -> str:
         """Why that engine."""
+    @property
+    def options(self) -> Options:
+        """The Options the engine behind this Device was opened with."""
     @property
     def name(self) -> str:
         """"cpu" or "cuda:N" as given."""

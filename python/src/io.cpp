@@ -136,16 +136,23 @@ class PyRegistration {
 
 class PyDevice {
  public:
-  PyDevice(const std::string &target, const std::string &engine)
+  PyDevice(const std::string &target, const std::string &engine,
+           const std::optional<phx::Options> &options)
       : name_(target), target_(parse_target(target)) {
-    const phx::Engine e = phx::parse_engine(engine);
+    phx::Engine e = phx::parse_engine(engine);
+    if (options && e == phx::Engine::automatic) {
+      e = options->engine;
+    } else if (options && options->engine != phx::Engine::automatic && options->engine != e) {
+      throw py::value_error("Device: engine=\"" + engine + "\" but options.engine is \"" +
+                            std::string(phx::to_string(options->engine)) + "\"");
+    }
     if (!target_.cuda && e != phx::Engine::automatic && e != phx::Engine::host) {
       throw std::system_error(
           EINVAL, std::system_category(),
           "device cpu: engine \"" + engine + "\" cannot serve host memory (use host)");
     }
     const py::gil_scoped_release release;
-    entry_ = device_entry(target_.device, e, !target_.cuda);
+    entry_ = device_entry(target_.device, e, !target_.cuda, options ? &*options : nullptr);
   }
 
   PyRegistration register_buffer(const py::object &object) {
@@ -187,6 +194,7 @@ class PyDevice {
     return std::string(phx::to_string(entry_->device().engine()));
   }
   [[nodiscard]] std::string reason() const { return entry_->device().engine_reason(); }
+  [[nodiscard]] phx::Options options() const { return entry_->device().options(); }
   [[nodiscard]] const std::string &name() const noexcept { return name_; }
   [[nodiscard]] py::dict stats() const {
     py::dict d;
@@ -547,10 +555,13 @@ Device("cpu") serves host memory (numpy, bytearray...) with the host engine;
 Device("cuda:N") a CUDA GPU (torch's numbering) with engine "auto" (direct
 where the phxfs module serves the GPU, else compat), "direct", "compat" or
 "cufile".  The engine behind it (threads, staging memory) is set up once per
-process and shared by every Device of that GPU and engine; close() (or the
-end of a with block) closes the registrations made through this Device.)");
-  dev.def(py::init<const std::string &, const std::string &>(), py::arg("device") = "cpu",
-          py::arg("engine") = "auto")
+process and shared by every Device of that GPU and engine, with the first
+one's options: Device(..., options=Options(copy_threads=4)) sizes it, and a
+later Device asking for other options raises OSError(EBUSY).  close() (or
+the end of a with block) closes the registrations made through this Device.)");
+  dev.def(py::init<const std::string &, const std::string &, const std::optional<phx::Options> &>(),
+          py::arg("device") = "cpu", py::arg("engine") = "auto", py::kw_only(),
+          py::arg("options") = py::none())
       .def("register", &PyDevice::register_buffer, py::arg("buf"),
            R"(Registers buf (DLPack, CUDA array interface or buffer protocol; contiguous)
 once for many I/Os.  Registering memory that a live registration already
@@ -563,6 +574,8 @@ inside it; EFAULT: not mapped; the engine's errors).)")
       .def_property_readonly("engine", &PyDevice::engine,
                              R"(The engine: "direct", "compat", "host" or "cufile".)")
       .def_property_readonly("engine_reason", &PyDevice::reason, "Why that engine.")
+      .def_property_readonly("options", &PyDevice::options,
+                             "The Options the engine behind this Device was opened with.")
       .def_property_readonly("name", &PyDevice::name, R"("cpu" or "cuda:N" as given.)")
       .def_property_readonly("stats", &PyDevice::stats,
                              R"({"live": registrations now, "registered": pin-and-map calls

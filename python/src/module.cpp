@@ -15,6 +15,7 @@
 
 #include "dlpack_export.hpp"
 #include "io.hpp"
+#include "options.hpp"
 #include "phoenix/phoenix.hpp"
 #include "phoenix/safetensors.hpp"
 
@@ -250,6 +251,7 @@ PYBIND11_MODULE(_phoenix, m) {
       .def("load", &PyLoader::load, py::arg("paths"), py::arg("progress") = py::none())
       .def_property_readonly("stats", &PyLoader::stats);
 
+  phx::python::bind_options(m);
   phx::python::bind_io(m);
 
   m.def(

@@ -38,8 +38,8 @@ std::vector<Range> merged(std::span<const Range> ranges) {
 
 }  // namespace
 
-DeviceEntry::DeviceEntry(int id, phx::Engine engine, bool cpu)
-    : device_(phx::Device::open(id, engine)), cpu_(cpu) {}
+DeviceEntry::DeviceEntry(int id, const phx::Options &options, bool cpu)
+    : device_(phx::Device::open(id, options)), cpu_(cpu) {}
 
 std::shared_ptr<RegEntry> DeviceEntry::covering(Range r, bool *blocked) {
   auto it = entries_.upper_bound(r.start);
@@ -227,23 +227,33 @@ Table &table() {
 
 }  // namespace
 
-std::shared_ptr<DeviceEntry> device_entry(int id, phx::Engine engine, bool cpu) {
+std::shared_ptr<DeviceEntry> device_entry(int id, phx::Engine engine, bool cpu,
+                                          const phx::Options *options) {
   if (cpu) {
     id = 0;
     engine = phx::Engine::host;
   } else if (engine == phx::Engine::automatic) {
     engine = phx::choose_engine(id).engine;
   }
+  phx::Options wanted = options != nullptr ? *options : phx::Options::defaults();
+  wanted.engine = engine;
   Table &t = table();
   const std::lock_guard lock(t.mutex);
   auto &slot = t.entries[{id, engine, cpu}];
   if (!slot) {
     try {
-      slot = std::make_shared<DeviceEntry>(id, engine, cpu);
+      slot = std::make_shared<DeviceEntry>(id, wanted, cpu);
     } catch (...) {
       t.entries.erase({id, engine, cpu});
       throw;
     }
+  } else if (options != nullptr && slot->device().options() != wanted) {
+    // One engine instance per GPU and engine in a process: its threads and
+    // staging are sized once.
+    throw std::system_error(EBUSY, std::system_category(),
+                            std::string(cpu ? "cpu" : "cuda:" + std::to_string(id)) + " (" +
+                                std::string(phx::to_string(engine)) +
+                                ") is open in this process already, with other options");
   }
   return slot;
 }

@@ -47,7 +47,7 @@ struct Use {
 /// keep threads and staging memory, and the CUDA driver may be gone at exit).
 class DeviceEntry {
  public:
-  DeviceEntry(int id, phx::Engine engine, bool cpu);
+  DeviceEntry(int id, const phx::Options &options, bool cpu);
 
   [[nodiscard]] phx::Device &device() noexcept { return device_; }
   [[nodiscard]] bool cpu() const noexcept { return cpu_; }
@@ -94,9 +94,12 @@ class DeviceEntry {
   std::uint64_t registered_total_ = 0;
 };
 
-/// The process's entry for (@p id, @p engine resolved), opened on first use.
-/// @p cpu: host memory (the host engine on device 0).
-[[nodiscard]] std::shared_ptr<DeviceEntry> device_entry(int id, phx::Engine engine, bool cpu);
+/// The process's entry for (@p id, @p engine resolved), opened on first use
+/// with @p options (null: the process defaults).  @p cpu: host memory (the
+/// host engine on device 0).  Throws std::system_error(EBUSY) when the entry
+/// is open already with other options than @p options.
+[[nodiscard]] std::shared_ptr<DeviceEntry> device_entry(int id, phx::Engine engine, bool cpu,
+                                                        const phx::Options *options = nullptr);
 
 /// Entries already opened for CUDA device @p id, or for host memory.
 [[nodiscard]] std::vector<std::shared_ptr<DeviceEntry>> open_entries(int id, bool cpu);

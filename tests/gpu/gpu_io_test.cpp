@@ -323,7 +323,9 @@ TEST_F(GpuTest, CufileBaselineAgrees) {
   for (std::size_t i = 0; i < 4; ++i) {
     pieces.push_back({(3 - i) * (2 << 20), i * (2 << 20), 2 << 20});
   }
-  auto state = detail::DeviceState::open(0, Engine::cufile);
+  Options options;
+  options.engine = Engine::cufile;
+  auto state = detail::DeviceState::open(0, options);
   auto mapping = state->register_range(mem.data(), mem.size());
   const auto r = state->backend().native_batch(detail::Direction::read, f.fd(), *mapping, pieces);
   ASSERT_EQ(r.error, 0) << r.detail;

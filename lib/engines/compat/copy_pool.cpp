@@ -5,7 +5,6 @@
 #include <cerrno>
 #include <utility>
 
-#include "core/config.hpp"
 #include "core/error.hpp"
 #include "engines/compat/staging_pool.hpp"
 
@@ -78,17 +77,13 @@ std::size_t round_up(std::size_t value, std::size_t to) {
 
 }  // namespace
 
-CopyPoolConfig copy_pool_config_from_env() {
+CopyPoolConfig copy_pool_config(const Options &options) noexcept {
   CopyPoolConfig c;
-  c.threads = env_size("PHX_NTHREADS", kDefaultCompatThreads, 1, 256);
-  const bool chunk_set = env_string("PHX_CHUNK_SIZE").has_value();
-  c.chunk =
-      round_up(env_size("PHX_CHUNK_SIZE", kDefaultCompatChunk, 4096, std::size_t{1} << 30), 4096);
-  c.direct_chunk = chunk_set ? c.chunk : kDefaultCompatDirectChunk;
-  // PHX_QUEUE_DEPTH counts chunks in flight per device; each worker gets its
-  // share, at least two (one being read while the other is copied).
-  const std::size_t total = env_size("PHX_QUEUE_DEPTH", kDefaultCompatDepth * c.threads, 1, 32768);
-  c.depth = std::clamp<std::size_t>((total + c.threads - 1) / c.threads, 2, 16);
+  c.threads = options.copy_threads;
+  // Whole pages: the staging slots are carved from one pinned allocation.
+  c.chunk = round_up(options.copy_chunk, 4096);
+  c.direct_chunk = round_up(options.copy_direct_chunk, 4096);
+  c.depth = options.copy_depth;
   return c;
 }
 

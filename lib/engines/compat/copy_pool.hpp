@@ -23,6 +23,7 @@
 #include "cuda/gpu.hpp"
 #include "engines/compat/staging_pool.hpp"
 #include "io/aligned_io.hpp"
+#include "phoenix/phoenix.hpp"
 
 namespace phx::detail {
 
@@ -33,9 +34,8 @@ struct CopyPoolConfig {
   std::size_t depth = 0;         ///< chunks in flight per worker (staging buffers each)
 };
 
-/// PHX_NTHREADS, PHX_CHUNK_SIZE, PHX_QUEUE_DEPTH with the compat defaults.
-/// Throws std::system_error(EINVAL) on malformed values.
-[[nodiscard]] CopyPoolConfig copy_pool_config_from_env();
+/// The copy_* fields of @p options (validated).
+[[nodiscard]] CopyPoolConfig copy_pool_config(const Options &options) noexcept;
 
 class CopyPool {
  public:

@@ -24,8 +24,8 @@ std::string hex(std::uintptr_t address) {
 
 class CompatBackend final : public EngineBackend {
  public:
-  explicit CompatBackend(int device_id)
-      : gpu_(std::make_shared<const cuda::Gpu>(device_id)), config_(copy_pool_config_from_env()) {}
+  CompatBackend(int device_id, CopyPoolConfig config)
+      : gpu_(std::make_shared<const cuda::Gpu>(device_id)), config_(config) {}
 
   [[nodiscard]] Engine kind() const noexcept override { return Engine::compat; }
 
@@ -142,8 +142,8 @@ std::string CompatMapping::lost() const {
          " is no longer the CUDA allocation it was registered in (freed while registered?)";
 }
 
-std::unique_ptr<EngineBackend> make_compat_backend(int device_id) {
-  return std::make_unique<CompatBackend>(device_id);
+std::unique_ptr<EngineBackend> make_compat_backend(int device_id, const Options &options) {
+  return std::make_unique<CompatBackend>(device_id, copy_pool_config(options));
 }
 
 }  // namespace phx::detail

@@ -271,7 +271,7 @@ void CufileBackend::native_submit_async(Direction dir, int fd, const Mapping &ma
 
 }  // namespace
 
-std::unique_ptr<EngineBackend> make_cufile_backend(int device_id) {
+std::unique_ptr<EngineBackend> make_cufile_backend(int device_id, const Options & /*options*/) {
   return std::make_unique<CufileBackend>(device_id);
 }
 

@@ -89,7 +89,7 @@ class DirectBackend final : public EngineBackend {
 
 }  // namespace
 
-std::unique_ptr<EngineBackend> make_direct_backend(int device_id) {
+std::unique_ptr<EngineBackend> make_direct_backend(int device_id, const Options & /*options*/) {
   return std::make_unique<DirectBackend>(open_driver(device_id));
 }
 

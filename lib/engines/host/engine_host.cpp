@@ -55,7 +55,7 @@ class HostBackend final : public EngineBackend {
 
 }  // namespace
 
-std::unique_ptr<EngineBackend> make_host_backend(int /*device_id*/) {
+std::unique_ptr<EngineBackend> make_host_backend(int /*device_id*/, const Options & /*options*/) {
   return std::make_unique<HostBackend>();
 }
 

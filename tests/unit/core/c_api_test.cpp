@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/options.hpp"
 #include "phoenix/phoenix.h"
 #include "phoenix/phoenix.hpp"
 #include "phxfs_ioctl.h"
@@ -37,6 +38,7 @@ class CApi : public ::testing::Test {
  protected:
   void SetUp() override {
     ::unsetenv("PHX_ENGINE");
+    phx::detail::refresh_default_options();
     ASSERT_EQ(phxfs_open_engine(0, PHXFS_ENGINE_HOST), 0) << phxfs_last_error();
     phx::test::write_pattern_file(dir_ / "f", 1 << 20, 42);
     fd_ = ::open((dir_ / "f").c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);
@@ -46,6 +48,7 @@ class CApi : public ::testing::Test {
     ::close(fd_);
     (void)phxfs_close(0);
     ::unsetenv("PHX_ENGINE");
+    phx::detail::refresh_default_options();
   }
   TempDir dir_;
   int fd_ = -1;
@@ -237,12 +240,15 @@ TEST_F(CApi, DeregisteredMemoryCannotBeUsed) {
 
 TEST(CApiEngine, EnvironmentSelectsTheEngine) {
   ::setenv("PHX_ENGINE", "host", 1);
+  phx::detail::refresh_default_options();
   ASSERT_EQ(phxfs_open(4), 0) << phxfs_last_error();
   EXPECT_EQ(phxfs_device_engine(4), PHXFS_ENGINE_HOST);
   EXPECT_EQ(phxfs_close(4), 0);
   ::setenv("PHX_ENGINE", "warp-drive", 1);
+  phx::detail::refresh_default_options();
   EXPECT_C_ERROR(phxfs_open(4), EINVAL, "warp-drive");
   ::unsetenv("PHX_ENGINE");
+  phx::detail::refresh_default_options();
 }
 
 TEST(CApiEngine, DirectWithoutTheModuleIsEnodev) {
@@ -251,8 +257,10 @@ TEST(CApiEngine, DirectWithoutTheModuleIsEnodev) {
   }
   EXPECT_C_ERROR(phxfs_open_engine(5, PHXFS_ENGINE_DIRECT), ENODEV, "/dev/phxfs_dev5");
   ::setenv("PHX_ENGINE", "direct", 1);
+  phx::detail::refresh_default_options();
   EXPECT_C_ERROR(phxfs_open(5), ENODEV, "phxfs module loaded");
   ::unsetenv("PHX_ENGINE");
+  phx::detail::refresh_default_options();
   // auto falls back to host without the module.
   ASSERT_EQ(phxfs_open(5), 0);
   EXPECT_EQ(phxfs_device_engine(5), PHXFS_ENGINE_HOST);
@@ -338,6 +346,63 @@ TEST(CApiFull, WriteReportsProgressThenTheError) {
   ASSERT_GE(data.size(), static_cast<std::size_t>(first));
   EXPECT_EQ(find_mismatch({data.data(), static_cast<std::size_t>(first)}, 10, 0), std::nullopt);
   EXPECT_EQ(phxfs_close(8), 0);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(CApiOptions, InitGivesTheProcessDefaults) {
+  ::setenv("PHX_QUEUE_DEPTH", "64", 1);
+  ::setenv("PHX_ENGINE", "host", 1);
+  phx::detail::refresh_default_options();
+  phxfs_options_t o;
+  ASSERT_EQ(phxfs_options_init(&o), 0) << phxfs_last_error();
+  EXPECT_EQ(o.size, sizeof(phxfs_options_t));
+  EXPECT_EQ(o.engine, PHXFS_ENGINE_HOST);
+  EXPECT_EQ(o.queue_depth, 64U);
+  EXPECT_EQ(o.staging_bytes, phx::Options{}.staging_bytes);
+  EXPECT_EQ(o.copy_threads, phx::Options{}.copy_threads);
+  EXPECT_EQ(o.stream_staging_bytes, phx::Options{}.stream_staging_bytes);
+  ::unsetenv("PHX_QUEUE_DEPTH");
+  ::unsetenv("PHX_ENGINE");
+  phx::detail::refresh_default_options();
+  EXPECT_C_ERROR(phxfs_options_init(nullptr), EINVAL, "null options");
+}
+
+TEST(CApiOptions, OpenWithOptionsSharesOnlyTheSameOptions) {
+  phxfs_options_t o;
+  ASSERT_EQ(phxfs_options_init(&o), 0);
+  o.engine = PHXFS_ENGINE_HOST;
+  o.staging_bytes = 64 << 10;
+  ASSERT_EQ(phxfs_open_options(6, &o), 0) << phxfs_last_error();
+  EXPECT_EQ(phxfs_open_options(6, &o), 0) << phxfs_last_error();
+  o.engine = PHXFS_ENGINE_AUTO;  // any engine: still the same options
+  EXPECT_EQ(phxfs_open_options(6, &o), 0) << phxfs_last_error();
+  o.staging_bytes = 128 << 10;
+  EXPECT_C_ERROR(phxfs_open_options(6, &o), EBUSY, "other options");
+  // phxfs_open shares the device as it is.
+  EXPECT_EQ(phxfs_open(6), 0) << phxfs_last_error();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(phxfs_close(6), 0);
+  }
+  EXPECT_C_ERROR(phxfs_close(6), ENODEV, "not open");
+}
+
+TEST(CApiOptions, BadOptionsAreEinvalNamingTheField) {
+  phxfs_options_t o;
+  ASSERT_EQ(phxfs_options_init(&o), 0);
+  o.engine = PHXFS_ENGINE_HOST;
+  o.queue_depth = 0;
+  EXPECT_C_ERROR(phxfs_open_options(7, &o), EINVAL, "queue_depth");
+  ASSERT_EQ(phxfs_options_init(&o), 0);
+  o.copy_chunk = 1;
+  EXPECT_C_ERROR(phxfs_open_options(7, &o), EINVAL, "copy_chunk");
+  ASSERT_EQ(phxfs_options_init(&o), 0);
+  o.size = sizeof(o) + 8;
+  EXPECT_C_ERROR(phxfs_open_options(7, &o), EINVAL, "phxfs_options_init");
+  EXPECT_C_ERROR(phxfs_open_options(7, nullptr), EINVAL, "null options");
+  EXPECT_C_ERROR(phxfs_close(7), ENODEV, "not open");  // nothing was left open
 }
 
 }  // namespace

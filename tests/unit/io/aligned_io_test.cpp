@@ -17,7 +17,9 @@
 #include <thread>
 #include <vector>
 
+#include "core/options.hpp"
 #include "io/file_caps.hpp"
+#include "phoenix/phoenix.hpp"
 #include "test_support.hpp"
 
 namespace phx::detail {
@@ -361,7 +363,7 @@ TEST_P(AlignedIo, FullFilesystemReportsEnospcAndKeepsWhatWasWritten) {
 namespace phx::detail {
 namespace {
 
-// PHX_CHUNK_SIZE sizes the bounce steps for misaligned memory; a malformed
+// PHX_STAGING_SIZE sizes the bounce steps for misaligned memory; a malformed
 // value fails only the requests that need bouncing, with EINVAL.
 TEST(AlignedIoChunk, ChunkSizeFromEnvironment) {
   TempDir dir;
@@ -370,19 +372,23 @@ TEST(AlignedIoChunk, ChunkSizeFromEnvironment) {
   IoPolicy p;
   ASSERT_TRUE(policy_for_fd(fd.get(), p));
   AlignedBuffer buf((1 << 20) + 4096);
-  ::setenv("PHX_CHUNK_SIZE", "8K", 1);
+  ::setenv("PHX_STAGING_SIZE", "8K", 1);
+  refresh_default_options();
+  EXPECT_EQ(Options::defaults().staging_bytes, 8U << 10);
   auto r = transfer(Direction::read, fd.get(), buf.data() + 1, 1 << 20, 0, p);
   EXPECT_EQ(r.error, 0);
   EXPECT_EQ(r.done, 1U << 20);
   EXPECT_EQ(find_mismatch({buf.data() + 1, 1 << 20}, 13, 0), std::nullopt);
-  ::setenv("PHX_CHUNK_SIZE", "lots", 1);
+  ::setenv("PHX_STAGING_SIZE", "lots", 1);
+  refresh_default_options();
   r = transfer(Direction::read, fd.get(), buf.data(), 1 << 20, 0, p);
   EXPECT_EQ(r.error, 0);  // aligned: no bouncing, the variable is not consulted
   EXPECT_EQ(r.done, 1U << 20);
   r = transfer(Direction::read, fd.get(), buf.data() + 1, 1 << 20, 0, p);
   EXPECT_EQ(r.error, EINVAL);
   EXPECT_EQ(r.done, 0U);
-  ::unsetenv("PHX_CHUNK_SIZE");
+  ::unsetenv("PHX_STAGING_SIZE");
+  refresh_default_options();
 }
 
 }  // namespace

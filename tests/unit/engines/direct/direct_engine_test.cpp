@@ -187,7 +187,9 @@ TEST_F(DirectEngine, CApiOnTheDirectEngine) {
 }
 
 TEST_F(DirectEngine, DeregisteredRangeStaysMappedWhileInUse) {
-  auto state = detail::DeviceState::open(0, Engine::direct);
+  Options options;
+  options.engine = Engine::direct;
+  auto state = detail::DeviceState::open(0, options);
   auto mapping = state->register_range(dev_addr(0), kPage);
   auto in_flight = state->table().find(FakeDriver::kBase, kPage);
   mapping.reset();

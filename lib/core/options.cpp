@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: MIT
+// phx::Options: the one place the library reads its tunables from the
+// environment.  Everything else takes an Options (a device's, or the
+// process defaults) and never calls getenv.
+#include <atomic>
+#include <cerrno>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/config.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/options.hpp"
+#include "phoenix/phoenix.hpp"
+
+namespace phx {
+namespace detail {
+namespace {
+
+constexpr std::size_t kKiB = std::size_t{1} << 10;
+constexpr std::size_t kGiB = std::size_t{1} << 30;
+
+struct Limits {
+  std::size_t min;
+  std::size_t max;
+};
+constexpr Limits kQueueDepth{1, 32768};
+constexpr Limits kStaging{4 * kKiB, kGiB};
+constexpr Limits kCopyThreads{1, 256};
+constexpr Limits kCopyDepth{2, 64};
+constexpr Limits kCopyChunk{4 * kKiB, kGiB};
+constexpr Limits kStreamWorkers{1, 1024};
+constexpr Limits kStreamStaging{64 * kKiB, 64 * kGiB};
+
+void check(const char *field, std::size_t value, Limits limits) {
+  if (value < limits.min || value > limits.max) {
+    throw_errno(EINVAL, std::string("phx::Options::") + field + " = " + std::to_string(value) +
+                            ": expected " + std::to_string(limits.min) + ".." +
+                            std::to_string(limits.max));
+  }
+}
+
+std::size_t round_to_page(std::size_t bytes) {
+  return (bytes + 4095) / 4096 * 4096;
+}
+
+// A variable that was renamed: still honoured (its old meaning), said once.
+std::size_t legacy_size(const char *old_name, const char *new_names, std::size_t fallback,
+                        Limits limits) {
+  if (!env_string(old_name)) {
+    return fallback;
+  }
+  static std::once_flag said;
+  std::call_once(said, [&] {
+    log(LogLevel::warn, std::string(old_name) + " is deprecated: set " + new_names + " instead");
+  });
+  return env_size(old_name, fallback, limits.min, limits.max);
+}
+
+struct ProcessDefaults {
+  Options options;
+  std::string engine_origin;  // "PHX_ENGINE=<value>", or empty
+};
+
+ProcessDefaults read_environment() {
+  ProcessDefaults d;
+  Options &o = d.options;
+  if (auto engine = env_string("PHX_ENGINE")) {
+    o.engine = parse_engine(*engine);
+    d.engine_origin = "PHX_ENGINE=" + std::string(*engine);
+  }
+  o.queue_depth = static_cast<unsigned>(
+      env_size("PHX_QUEUE_DEPTH", o.queue_depth, kQueueDepth.min, kQueueDepth.max));
+  // PHX_CHUNK_SIZE used to be both the staging buffer and the compat chunk
+  // (on every descriptor); the new names win where both are set.
+  const std::size_t legacy_chunk =
+      legacy_size("PHX_CHUNK_SIZE", "PHX_STAGING_SIZE and PHX_COPY_CHUNK", 0, kStaging);
+  o.staging_bytes = env_size("PHX_STAGING_SIZE", legacy_chunk != 0 ? legacy_chunk : o.staging_bytes,
+                             kStaging.min, kStaging.max);
+  o.copy_threads = static_cast<unsigned>(
+      env_size("PHX_COPY_THREADS",
+               legacy_size("PHX_NTHREADS", "PHX_COPY_THREADS", o.copy_threads, kCopyThreads),
+               kCopyThreads.min, kCopyThreads.max));
+  o.copy_depth = static_cast<unsigned>(
+      env_size("PHX_COPY_DEPTH", o.copy_depth, kCopyDepth.min, kCopyDepth.max));
+  o.copy_chunk =
+      round_to_page(env_size("PHX_COPY_CHUNK", legacy_chunk != 0 ? legacy_chunk : o.copy_chunk,
+                             kCopyChunk.min, kCopyChunk.max));
+  o.copy_direct_chunk = round_to_page(
+      env_size("PHX_COPY_DIRECT_CHUNK", legacy_chunk != 0 ? legacy_chunk : o.copy_direct_chunk,
+               kCopyChunk.min, kCopyChunk.max));
+  o.stream_workers = static_cast<unsigned>(
+      env_size("PHX_STREAM_WORKERS", o.stream_workers, kStreamWorkers.min, kStreamWorkers.max));
+  o.stream_staging_bytes = env_size("PHX_STREAM_STAGING", o.stream_staging_bytes,
+                                    kStreamStaging.min, kStreamStaging.max);
+  return d;
+}
+
+// Published once; refresh_default_options() (tests) drops it.
+std::atomic<std::shared_ptr<const ProcessDefaults>> &published() {
+  static std::atomic<std::shared_ptr<const ProcessDefaults>> current;
+  return current;
+}
+
+std::shared_ptr<const ProcessDefaults> process_defaults() {
+  auto current = published().load();
+  if (current) {
+    return current;
+  }
+  static std::mutex reading;
+  const std::lock_guard lock(reading);
+  current = published().load();
+  if (!current) {
+    current = std::make_shared<const ProcessDefaults>(read_environment());
+    published().store(current);
+  }
+  return current;
+}
+
+}  // namespace
+
+std::string default_engine_origin() {
+  return process_defaults()->engine_origin;
+}
+
+void refresh_default_options() noexcept {
+  published().store(nullptr);
+}
+
+}  // namespace detail
+
+Options Options::from_environment() {
+  return detail::read_environment().options;
+}
+
+Options Options::defaults() {
+  return detail::process_defaults()->options;
+}
+
+void Options::validate() const {
+  using namespace detail;
+  if (to_string(engine) == "unknown") {
+    throw_errno(EINVAL, "phx::Options::engine = " + std::to_string(static_cast<int>(engine)) +
+                            ": not an engine");
+  }
+  check("queue_depth", queue_depth, kQueueDepth);
+  check("staging_bytes", staging_bytes, kStaging);
+  check("copy_threads", copy_threads, kCopyThreads);
+  check("copy_depth", copy_depth, kCopyDepth);
+  check("copy_chunk", copy_chunk, kCopyChunk);
+  check("copy_direct_chunk", copy_direct_chunk, kCopyChunk);
+  check("stream_workers", stream_workers, kStreamWorkers);
+  check("stream_staging_bytes", stream_staging_bytes, kStreamStaging);
+}
+
+}  // namespace phx

@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: MIT
+#include "options.hpp"
+
+#include <pybind11/operators.h>
+
+#include <string>
+
+#include "phoenix/phoenix.hpp"
+
+namespace py = pybind11;
+
+namespace phx::python {
+namespace {
+
+// Keyword construction from the process defaults, as phxfs_options_init
+// does in C: Options(copy_threads=4) changes only what it names.
+phx::Options make(const py::kwargs &fields) {
+  phx::Options o = phx::Options::defaults();
+  py::object self = py::cast(o);
+  for (const auto &[key, value] : fields) {
+    const std::string name = py::cast<std::string>(key);
+    if (!py::hasattr(self, name.c_str()) || name.starts_with("_") || name == "validate" ||
+        name == "defaults" || name == "from_environment") {
+      throw py::type_error("Options: unknown field \"" + name + "\"");
+    }
+    py::setattr(self, name.c_str(), value);
+  }
+  o = py::cast<phx::Options>(self);
+  o.validate();
+  return o;
+}
+
+std::string repr(const phx::Options &o) {
+  return "Options(engine=\"" + std::string(phx::to_string(o.engine)) +
+         "\", queue_depth=" + std::to_string(o.queue_depth) +
+         ", staging_bytes=" + std::to_string(o.staging_bytes) +
+         ", copy_threads=" + std::to_string(o.copy_threads) +
+         ", copy_depth=" + std::to_string(o.copy_depth) +
+         ", copy_chunk=" + std::to_string(o.copy_chunk) +
+         ", copy_direct_chunk=" + std::to_string(o.copy_direct_chunk) +
+         ", stream_workers=" + std::to_string(o.stream_workers) +
+         ", stream_staging_bytes=" + std::to_string(o.stream_staging_bytes) + ")";
+}
+
+}  // namespace
+
+void bind_options(py::module_ &m) {
+  py::class_<phx::Options> options(m, "Options", R"(A device's tunables (phx::Options).
+
+Options(**fields) starts from the process defaults (built-in values with
+the PHX_* environment applied, read once) and changes the fields named:
+Options(copy_threads=8, copy_direct_chunk=32 << 20).  Pass it to
+Device(..., options=...).  Out-of-range values raise OSError(EINVAL) naming
+the field.  Fields and their variables: docs/configuration.md.)");
+  options.def(py::init(&make))
+      .def_property(
+          "engine", [](const phx::Options &o) { return std::string(phx::to_string(o.engine)); },
+          [](phx::Options &o, const std::string &name) { o.engine = phx::parse_engine(name); },
+          R"(PHX_ENGINE: "auto", "direct", "host", "compat" or "cufile".)")
+      .def_readwrite("queue_depth", &phx::Options::queue_depth,
+                     "PHX_QUEUE_DEPTH: io_uring entries (1-32768).")
+      .def_readwrite("staging_bytes", &phx::Options::staging_bytes,
+                     "PHX_STAGING_SIZE: host bounce buffer per I/O thread.")
+      .def_readwrite("copy_threads", &phx::Options::copy_threads,
+                     "PHX_COPY_THREADS: compat copy threads (1-256).")
+      .def_readwrite("copy_depth", &phx::Options::copy_depth,
+                     "PHX_COPY_DEPTH: chunks in flight per copy thread (2-64).")
+      .def_readwrite("copy_chunk", &phx::Options::copy_chunk,
+                     "PHX_COPY_CHUNK: compat chunk on buffered files.")
+      .def_readwrite("copy_direct_chunk", &phx::Options::copy_direct_chunk,
+                     "PHX_COPY_DIRECT_CHUNK: compat chunk on O_DIRECT files.")
+      .def_readwrite("stream_workers", &phx::Options::stream_workers,
+                     "PHX_STREAM_WORKERS: threads running stream-ordered I/O.")
+      .def_readwrite("stream_staging_bytes", &phx::Options::stream_staging_bytes,
+                     "PHX_STREAM_STAGING: pinned memory of stream-ordered compat I/O.")
+      .def_static("defaults", &phx::Options::defaults,
+                  "The process defaults (the environment as first read).")
+      .def_static("from_environment", &phx::Options::from_environment,
+                  "The built-in defaults with the environment applied, read now.")
+      .def("validate", &phx::Options::validate,
+           "Raises OSError(EINVAL) naming the first field out of range.")
+      .def(py::self == py::self)  // NOLINT(misc-redundant-expression)
+      .def("__repr__", &repr);
+}
+
+}  // namespace phx::python
