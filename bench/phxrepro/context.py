@@ -18,7 +18,7 @@ import time
 # cannot run on this machine or build: that is a result, not a failure.
 EXIT_UNAVAILABLE = 2
 
-ALL_ENGINES = ("phoenix", "compat", "gds", "posix", "host")
+ALL_ENGINES = ("direct", "compat", "cufile", "posix", "host")
 
 
 class ToolError(RuntimeError):

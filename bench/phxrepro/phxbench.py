@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-PHXBENCH_ENGINES = ("phoenix", "compat", "gds", "posix", "host")
-BREAKDOWN_ENGINES = ("phoenix", "compat", "gds", "host")
+PHXBENCH_ENGINES = ("direct", "compat", "cufile", "posix", "host")
+BREAKDOWN_ENGINES = ("direct", "compat", "cufile", "host")
 # Engines whose registrations have a host view, so io_uring can target them.
-RING_ENGINES = ("phoenix", "posix", "host")
+RING_ENGINES = ("direct", "posix", "host")
 # Engines that need a CUDA GPU (stream mode needs one for every engine).
-GPU_ENGINES = ("phoenix", "compat", "gds")
+GPU_ENGINES = ("direct", "compat", "cufile")
 
 
 def sizes(spec: str) -> list[int]:

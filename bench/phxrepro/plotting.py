@@ -13,9 +13,11 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 
 # One colour per engine across every figure.
 ENGINE_COLORS = {
-    "phoenix": "#d62728",
+    "direct": "#d62728",
+    "phoenix": "#d62728",  # fig12's method, and records from before the rename
     "compat": "#1f77b4",
-    "gds": "#2ca02c",
+    "cufile": "#2ca02c",
+    "gds": "#2ca02c",  # records from before the rename
     "posix": "#7f7f7f",
     "host": "#9467bd",
     "ceiling": "#000000",

@@ -20,7 +20,7 @@ GUEST_OUT = "/mnt/ext4/phx/repro-out"
 # Device 0 (the first 256 MiB ivshmem BAR) is served by phxfs's pcibar
 # provider, whose device addresses are byte offsets into the BAR.
 # (Address 0 would be a null pointer to the library: start at 1 MiB.)
-ENGINE_ARGS = {"phoenix": ["--device-addr", str(1 << 20)]}
+ENGINE_ARGS = {"direct": ["--device-addr", str(1 << 20)]}
 STATIC_TOOLS = ("phxbench", "phx-breakdown", "phx-e2e", "phx-kvcache")
 
 

@@ -52,8 +52,10 @@ def main():
           f"table: {r.stdout}")
 
     if not os.path.exists("/dev/phxfs_dev0"):
-        r = run(tool, "-x", "phoenix")
-        check(r.returncode == 2 and "phxfs" in r.stderr, f"phoenix: {r.returncode} {r.stderr}")
+        r = run(tool, "-x", "direct")
+        check(r.returncode == 2 and "phxfs" in r.stderr, f"direct: {r.returncode} {r.stderr}")
+        r = run(tool, "-x", "phoenix")  # the old name of direct
+        check(r.returncode == 2 and "direct" in r.stderr, f"phoenix: {r.returncode} {r.stderr}")
     for bad in (["--bogus"], ["-x", "posix"], ["-r", "0"], ["-S", "4Q"], ["-S", "0"]):
         r = run(tool, *bad)
         check(r.returncode == 2 and r.stderr, f"{bad}: exit {r.returncode}")

@@ -199,19 +199,20 @@ def main():
 
         # Engines this machine lacks: a record saying why, and exit 2.
         if not os.path.exists("/dev/phxfs_dev0"):
-            recs = t.records("-x", "phoenix", "--dir", scratch, expect_rc=2)
+            recs = t.records("-x", "direct", "--dir", scratch, expect_rc=2)
             t.check([(r["figure"], r["status"]) for r in recs] ==
                     [("fig8a", "unavailable"), ("fig8b", "unavailable")] and
-                    all("phxfs" in r["reason"] for r in recs), f"phoenix: {recs}")
-            recs = t.records("-x", "phoenix", "--figure", "fig8b", "--device-addr", "0xc000000",
+                    all("phxfs" in r["reason"] for r in recs), f"direct: {recs}")
+            recs = t.records("-x", "direct", "--figure", "fig8b", "--device-addr", "0xc000000",
                              "--dir", scratch, expect_rc=2)
             t.check(len(recs) == 1 and recs[0]["status"] == "unavailable" and
                     recs[0]["config"]["device_addr"] == 0xc000000, f"--device-addr: {recs}")
-            # An unavailable engine next to one that runs: exit 0.
+            # An unavailable engine next to one that runs: exit 0.  "phoenix" is
+            # the old name of direct: the record says direct.
             recs = t.records("-x", "phoenix", "-x", "host", "--figure", "fig8a", "-S", "4K", "-r", 1,
                              "--dir", scratch)
             t.check([(r["engine"], r["status"]) for r in recs] ==
-                    [("phoenix", "unavailable"), ("host", "ok")], f"mixed: {recs}")
+                    [("direct", "unavailable"), ("host", "ok")], f"mixed: {recs}")
 
         # --help documents every flag.
         r = t.run("--help")
@@ -235,7 +236,7 @@ def main():
                 (["-t", "0"], "threads"),
                 (["-d", "64"], "device"),
                 (["--device-addr", "0xzz"], "0xzz"),
-                (["--device-addr", "0x1000", "-x", "host"], "phoenix"),
+                (["--device-addr", "0x1000", "-x", "host"], "direct"),
                 (["--dir", os.path.join(scratch, "missing")], "missing"),
         ):
             r = t.run(*args)

@@ -148,12 +148,13 @@ def test_unavailable_and_usage(tmp):
     trace = os.path.join(tmp, "tiny.txt")
     write_trace(trace, [[[0, 1]]])
     kv = os.path.join(tmp, "tiny.bin")
-    # Without a GPU (or CUDA build) gds cannot run: a record saying why, exit 2;
-    # host in the same call still runs.
+    # Without a GPU (or CUDA build) cufile cannot run: a record saying why, exit 2;
+    # host in the same call still runs.  "gds" is the old name of cufile: the
+    # record says cufile.
     p = subprocess.run([TOOL, "--trace", trace, "--engine", "host,gds", "--file", kv],
                        capture_output=True, text=True, timeout=60)
     recs = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
-    gds = [r for r in recs if r["engine"] == "gds"]
+    gds = [r for r in recs if r["engine"] == "cufile"]
     host = [r for r in recs if r["engine"] == "host"]
     check(len(host) == 1 and host[0]["status"] == "ok", f"host next to gds: {recs}")
     if len(gds) == 1 and gds[0]["status"] == "unavailable":
@@ -161,7 +162,7 @@ def test_unavailable_and_usage(tmp):
     else:
         check(len(gds) == 1 and gds[0]["status"] == "ok" and p.returncode == 0,
               f"gds either runs or says why not: {recs}")
-    # --device-addr is the phoenix engine's: host in the same call keeps its own pool.
+    # --device-addr is the direct engine's: host in the same call keeps its own pool.
     p = subprocess.run([TOOL, "--trace", trace, "--engine", "host", "--device-addr", "0x100000",
                         "--verify", "--file", kv], capture_output=True, text=True, timeout=60)
     recs = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]

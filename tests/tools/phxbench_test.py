@@ -249,8 +249,8 @@ def main():
                 (["-l", "1G"], "--length"),
                 (["-l", "1000", "-s", "4K"], "smaller than one I/O"),
                 (["-s", "1M", "-t", "9"], "threads"),
-                (["-x", "host", "--device-addr", "0x1000"], "phoenix"),
-                (["-x", "phoenix", "--device-addr", "0xzz"], "0xzz"),
+                (["-x", "host", "--device-addr", "0x1000"], "direct"),
+                (["-x", "direct", "--device-addr", "0xzz"], "0xzz"),
         ):
             r = t.run("-f", path, *args)
             t.check(r.returncode == 2 and needle in r.stderr,
@@ -262,12 +262,13 @@ def main():
 
         # Engines this machine cannot run say so and exit 2.
         if not os.path.exists("/dev/phxfs_dev0"):
-            r = t.run("-f", path, "-x", "phoenix")
-            t.check(r.returncode == 2 and "phxfs" in r.stderr, f"phoenix: {r.stderr}")
+            r = t.run("-f", path, "-x", "direct")
+            t.check(r.returncode == 2 and "phxfs" in r.stderr, f"direct: {r.stderr}")
+            # "phoenix" is the old name of direct, still accepted.
             r = t.run("-f", path, "-x", "phoenix", "--device-addr", "0xc000000")
             t.check(r.returncode == 2 and "phxfs" in r.stderr, f"phoenix --device-addr: {r.stderr}")
         if not os.path.exists("/dev/nvidia0"):
-            for engine in ("compat", "gds"):
+            for engine in ("compat", "cufile"):
                 r = t.run("-f", path, "-x", engine)
                 t.check(r.returncode == 2 and engine in r.stderr, f"{engine}: {r.stderr}")
             r = t.run("-f", path, "-x", "host", "-m", "stream", "-q", 2)

@@ -26,13 +26,14 @@
 #include <utility>
 #include <vector>
 
-#include "engine_spec.hpp"
-#include "options.hpp"
-#include "pattern_file.hpp"
+#include "common/cli.hpp"
+#include "common/engine_spec.hpp"
+#include "common/pattern_file.hpp"
+#include "common/timing.hpp"
+#include "common/units.hpp"
 #include "phoenix/config.h"
 #include "phoenix/phoenix.h"
 #include "phoenix/phoenix.hpp"
-#include "timing.hpp"
 
 namespace {
 
@@ -42,9 +43,9 @@ constexpr int kExitFailed = 1;
 constexpr int kExitUsage = 2;
 constexpr std::size_t kReadSize = std::size_t{64} * 1024;  // the paper's Table 1 read
 
-using phxbench::Clock;
-using phxbench::EngineSpec;
-using phxbench::us_since;
+using phxtools::Clock;
+using phxtools::EngineSpec;
+using phxtools::us_since;
 
 struct Options {
   std::vector<std::string> engines;
@@ -64,11 +65,11 @@ class Recorder {
 
   void add(const EngineSpec &spec, const std::string &step, std::uint64_t size,
            std::vector<double> samples) {
-    const phxbench::SampleSummary stats = phxbench::summarize(std::move(samples));
+    const phxtools::SampleSummary stats = phxtools::summarize(std::move(samples));
     const ordered_json rec = {
         {"schema", "phx-breakdown/1"},
         {"engine", spec.name},
-        {"library_engine", spec.library_engine},
+        {"library_engine", spec.name},
         {"memory", spec.gpu_memory ? "gpu" : "host"},
         {"step", step},
         {"size", size},
@@ -97,9 +98,9 @@ class Recorder {
   const Options &options_;
 };
 
-// phoenix registers --device-addr's addresses when given; the others their own memory.
+// direct registers --device-addr's addresses when given; the others their own memory.
 std::optional<std::uint64_t> addresses(const Options &o, const EngineSpec &spec) {
-  return std::string_view(spec.name) == "phoenix" ? o.device_addr : std::nullopt;
+  return std::string_view(spec.name) == "direct" ? o.device_addr : std::nullopt;
 }
 
 // Table 1's steps, each repeated: the first repeat shows one-time costs
@@ -107,7 +108,7 @@ std::optional<std::uint64_t> addresses(const Options &o, const EngineSpec &spec)
 void table1(const Options &o, const EngineSpec &spec, phx::Engine engine, Recorder &rec) {
   std::vector<double> open_us, file_open_us, reg_us, first_read_us, read_us, dereg_us,
       file_close_us, close_us;
-  const phxbench::Memory memory(spec, o.device, kReadSize, addresses(o, spec));
+  const phxtools::Memory memory(spec, o.device, kReadSize, addresses(o, spec));
   for (unsigned i = 0; i < o.repeat; ++i) {
     Clock::time_point t0 = Clock::now();
     std::optional<phx::Device> dev(phx::Device::open(o.device, engine));
@@ -158,7 +159,7 @@ void registration_sweep(const Options &o, const EngineSpec &spec, phx::Engine en
                         const std::vector<std::uint64_t> &sizes, Recorder &rec) {
   phx::Device dev = phx::Device::open(o.device, engine);
   for (const std::uint64_t size : sizes) {
-    const phxbench::Memory memory(spec, o.device, size, addresses(o, spec));
+    const phxtools::Memory memory(spec, o.device, size, addresses(o, spec));
     std::vector<double> reg_us;
     std::vector<double> dereg_us;
     for (unsigned i = 0; i < o.repeat; ++i) {
@@ -179,8 +180,8 @@ void registration_sweep(const Options &o, const EngineSpec &spec, phx::Engine en
 int main(int argc, char **argv) {
   Options o;
   std::vector<std::string> names;
-  names.reserve(phxbench::libphoenix_engines().size());
-  for (const EngineSpec &e : phxbench::libphoenix_engines()) {
+  names.reserve(phxtools::libphoenix_engines().size());
+  for (const EngineSpec &e : phxtools::libphoenix_engines()) {
     names.emplace_back(e.name);
   }
   CLI::App app{
@@ -192,7 +193,7 @@ int main(int argc, char **argv) {
   app.add_option("-x,--engine", o.engines,
                  "Engines to measure (repeatable; default: every one "
                  "that runs here)")
-      ->check(CLI::IsMember(names));
+      ->transform(phxtools::engine_option(names));
   app.add_option("-d,--device", o.device, "Device id: phxfs device and CUDA GPU")
       ->check(CLI::Range(0, 63))
       ->capture_default_str();
@@ -206,7 +207,7 @@ int main(int argc, char **argv) {
                  "File to read 64 KiB from (default: a scratch file in /var/tmp)");
   std::string device_addr;
   app.add_option("--device-addr", device_addr,
-                 "phoenix engine: register device addresses from ADDR on (0x hex, decimal or a "
+                 "direct engine: register device addresses from ADDR on (0x hex, decimal or a "
                  "size such as 192M) instead of GPU memory, for providers whose device addresses "
                  "are not CUDA's, such as the rig's PCI BAR (BAR byte offsets)")
       ->type_name("ADDR");
@@ -216,10 +217,10 @@ int main(int argc, char **argv) {
   try {
     app.parse(argc, argv);
     if (!device_addr.empty()) {
-      o.device_addr = phxbench::parse_address(device_addr);
+      o.device_addr = phxtools::parse_address(device_addr);
     }
     for (const std::string &s : o.sizes) {
-      sizes.push_back(phxbench::parse_size(s));
+      sizes.push_back(phxtools::parse_size(s));
       if (sizes.back() == 0) {
         throw std::invalid_argument("--sizes: sizes must be positive");
       }
@@ -246,19 +247,19 @@ int main(int argc, char **argv) {
       scratch = std::filesystem::path("/var/tmp") /
                 ("phx-breakdown-" + std::to_string(::getpid()) + ".dat");
       o.file = scratch->string();
-      phxbench::create_pattern_file(o.file, kReadSize);
+      phxtools::create_pattern_file(o.file, kReadSize);
     }
     Recorder rec(o);
     const bool named = !o.engines.empty();
     unsigned measured = 0;
     bool failed = false;
-    for (const EngineSpec &spec : phxbench::libphoenix_engines()) {
+    for (const EngineSpec &spec : phxtools::libphoenix_engines()) {
       if (named && std::find(o.engines.begin(), o.engines.end(), spec.name) == o.engines.end()) {
         continue;
       }
-      phx::Engine engine = phx::Engine::host;
-      if (const auto why = phxbench::unavailable_reason(spec, o.device, &engine,
-                                                        !addresses(o, spec).has_value())) {
+      const phx::Engine engine = spec.engine;
+      if (const auto why =
+              phxtools::unavailable_reason(spec, o.device, !addresses(o, spec).has_value())) {
         std::cerr << "phx-breakdown: not available: " << spec.name << " engine: " << *why << '\n';
         continue;
       }

@@ -11,14 +11,14 @@
 #include <stdexcept>
 #include <thread>
 
+#include "common/timing.hpp"
 #include "experiments.hpp"
-#include "timing.hpp"
 
 namespace phx_e2e {
 namespace {
 
-using phxbench::Clock;
-using phxbench::us_since;
+using phxtools::Clock;
+using phxtools::us_since;
 
 void read_whole_file(const Config &config, Loader &loader, std::uint64_t file_size) {
   const std::uint64_t pieces = (file_size + config.chunk - 1) / config.chunk;

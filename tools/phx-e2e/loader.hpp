@@ -14,7 +14,7 @@
 #include <span>
 #include <string>
 
-#include "engine_spec.hpp"
+#include "common/engine_spec.hpp"
 
 namespace phx_e2e {
 
@@ -61,7 +61,7 @@ class Loader {
 /// @p device_addr: register device addresses from there on instead of
 /// allocating GPU memory.
 [[nodiscard]] std::unique_ptr<Loader> make_libphoenix_loader(
-    const phxbench::EngineSpec &spec, phx::Engine engine, int device,
+    const phxtools::EngineSpec &spec, phx::Engine engine, int device,
     std::optional<std::uint64_t> device_addr);
 
 /// posix: pread into a host buffer, then cudaMemcpy to GPU @p device when

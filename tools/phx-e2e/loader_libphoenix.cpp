@@ -12,12 +12,12 @@ namespace {
 
 class LibphoenixLoader final : public Loader {
  public:
-  LibphoenixLoader(const phxbench::EngineSpec &spec, phx::Engine engine, int device,
+  LibphoenixLoader(const phxtools::EngineSpec &spec, phx::Engine engine, int device,
                    std::optional<std::uint64_t> device_addr)
       : spec_(spec), engine_(engine), device_id_(device), device_addr_(device_addr) {}
 
   std::string name() const override { return spec_.name; }
-  std::string library_engine() const override { return spec_.library_engine; }
+  std::string library_engine() const override { return spec_.name; }
   std::string memory() const override {
     return device_addr_ ? "device-addr" : spec_.gpu_memory ? "gpu" : "host";
   }
@@ -61,21 +61,21 @@ class LibphoenixLoader final : public Loader {
   }
 
  private:
-  const phxbench::EngineSpec &spec_;
+  const phxtools::EngineSpec &spec_;
   phx::Engine engine_;
   int device_id_;
   std::optional<std::uint64_t> device_addr_;
   // Destroyed in reverse: the registration first, then memory, file, device.
   std::optional<phx::Device> device_;
   std::optional<phx::File> file_;
-  std::optional<phxbench::Memory> memory_;
+  std::optional<phxtools::Memory> memory_;
   std::size_t reg_offset_ = 0;
   phx::Registration reg_;
 };
 
 }  // namespace
 
-std::unique_ptr<Loader> make_libphoenix_loader(const phxbench::EngineSpec &spec, phx::Engine engine,
+std::unique_ptr<Loader> make_libphoenix_loader(const phxtools::EngineSpec &spec, phx::Engine engine,
                                                int device,
                                                std::optional<std::uint64_t> device_addr) {
   return std::make_unique<LibphoenixLoader>(spec, engine, device, device_addr);

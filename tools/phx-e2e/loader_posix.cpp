@@ -12,8 +12,8 @@
 #include <system_error>
 #include <vector>
 
-#include "gpu.hpp"
-#include "host_buffer.hpp"
+#include "common/gpu.hpp"
+#include "common/host_buffer.hpp"
 #include "loader.hpp"
 
 namespace phx_e2e {
@@ -21,7 +21,7 @@ namespace {
 
 class PosixLoader final : public Loader {
  public:
-  explicit PosixLoader(int device) : device_(device), gpu_(phxbench::gpu::probe(device).usable) {}
+  explicit PosixLoader(int device) : device_(device), gpu_(phxtools::gpu::probe(device).usable) {}
 
   std::string name() const override { return "posix"; }
   std::string library_engine() const override { return "none"; }
@@ -57,19 +57,19 @@ class PosixLoader final : public Loader {
     if (!gpu_) {
       return pread_all(host_buffer_->data() + buffer_offset, size, file_offset);
     }
-    phxbench::HostBuffer &stage = staging_.at(thread);
+    phxtools::HostBuffer &stage = staging_.at(thread);
     if (size > stage.size()) {
       throw std::logic_error("posix read larger than its staging buffer");
     }
     const std::size_t n = pread_all(stage.data(), size, file_offset);
-    phxbench::gpu::copy_to_device(
+    phxtools::gpu::copy_to_device(
         device_, static_cast<std::byte *>(gpu_buffer_->data()) + buffer_offset, stage.data(), n);
     return n;
   }
 
   void copy_out(std::size_t buffer_offset, std::span<std::byte> out) const override {
     if (gpu_) {
-      phxbench::gpu::copy_to_host(
+      phxtools::gpu::copy_to_host(
           device_, out.data(), static_cast<const std::byte *>(gpu_buffer_->data()) + buffer_offset,
           out.size());
     } else {
@@ -103,9 +103,9 @@ class PosixLoader final : public Loader {
   int device_;
   bool gpu_;
   std::optional<phx::File> file_;
-  std::optional<phxbench::gpu::DeviceBuffer> gpu_buffer_;
-  std::optional<phxbench::HostBuffer> host_buffer_;
-  std::vector<phxbench::HostBuffer> staging_;
+  std::optional<phxtools::gpu::DeviceBuffer> gpu_buffer_;
+  std::optional<phxtools::HostBuffer> host_buffer_;
+  std::vector<phxtools::HostBuffer> staging_;
 };
 
 }  // namespace

@@ -23,12 +23,13 @@
 #include <system_error>
 #include <vector>
 
+#include "common/cli.hpp"
+#include "common/engine_spec.hpp"
+#include "common/pattern_file.hpp"
+#include "common/units.hpp"
 #include "e2e_config.hpp"
-#include "engine_spec.hpp"
 #include "experiments.hpp"
 #include "loader.hpp"
-#include "options.hpp"
-#include "pattern_file.hpp"
 #include "phoenix/config.h"
 #include "phoenix/phoenix.h"
 #include "report.hpp"
@@ -46,7 +47,7 @@ constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
 // Engines in the order they are measured: libphoenix's, then posix.
 std::vector<std::string> engine_names() {
   std::vector<std::string> names;
-  for (const phxbench::EngineSpec &spec : phxbench::libphoenix_engines()) {
+  for (const phxtools::EngineSpec &spec : phxtools::libphoenix_engines()) {
     names.emplace_back(spec.name);
   }
   names.emplace_back("posix");
@@ -64,7 +65,7 @@ struct RawOptions {
 std::vector<std::uint64_t> parse_sizes(const std::vector<std::string> &texts, const char *flag) {
   std::vector<std::uint64_t> sizes;
   for (const std::string &t : texts) {
-    const std::uint64_t size = phxbench::parse_size(t);
+    const std::uint64_t size = phxtools::parse_size(t);
     if (size == 0 || size % 4096 != 0) {
       throw std::invalid_argument(std::string(flag) + ": '" + t +
                                   "' is not a positive multiple of 4 KiB (O_DIRECT's unit)");
@@ -102,10 +103,10 @@ void finish(const RawOptions &raw, const CLI::App &app, Config &c) {
     c.loops = 3;
   }
   if (!raw.device_addr.empty()) {
-    c.device_addr = phxbench::parse_address(raw.device_addr);
+    c.device_addr = phxtools::parse_address(raw.device_addr);
     if (!c.engines.empty() &&
-        std::find(c.engines.begin(), c.engines.end(), "phoenix") == c.engines.end()) {
-      throw std::invalid_argument("--device-addr is for the phoenix engine; add -x phoenix");
+        std::find(c.engines.begin(), c.engines.end(), "direct") == c.engines.end()) {
+      throw std::invalid_argument("--device-addr is for the direct engine; add -x direct");
     }
   }
 }
@@ -142,7 +143,7 @@ class DataFiles {
       if (!config_.reuse_files) {
         created_.push_back(path);
       }
-      phxbench::create_pattern_file(path.string(), length);
+      phxtools::create_pattern_file(path.string(), length);
     }
     return ready_.emplace(name, path.string()).first->second;
   }
@@ -160,10 +161,10 @@ std::optional<std::string> open_engine(const Config &c, const std::string &name,
     *loader = phx_e2e::make_posix_loader(c.device);
     return std::nullopt;
   }
-  const phxbench::EngineSpec &spec = *phxbench::find_libphoenix_engine(name);
-  const bool own_addresses = name == "phoenix" && c.device_addr.has_value();
-  phx::Engine engine = phx::Engine::host;
-  if (auto why = phxbench::unavailable_reason(spec, c.device, &engine, !own_addresses)) {
+  const phxtools::EngineSpec &spec = *phxtools::find_libphoenix_engine(name);
+  const bool own_addresses = name == "direct" && c.device_addr.has_value();
+  const phx::Engine engine = spec.engine;
+  if (auto why = phxtools::unavailable_reason(spec, c.device, !own_addresses)) {
     return why;
   }
   *loader = phx_e2e::make_libphoenix_loader(spec, engine, c.device,
@@ -270,14 +271,14 @@ int main(int argc, char **argv) {
       "Examples:\n"
       "  phx-e2e --quick -x host -x posix --verify\n"
       "  phx-e2e -x compat -x gds -x posix --json > e2e.jsonl\n"
-      "  phx-e2e -x phoenix -d 1 --device-addr 0xc000000 --quick --dir /mnt   (the rig)\n"
+      "  phx-e2e -x direct -d 1 --device-addr 0xc000000 --quick --dir /mnt   (the rig)\n"
       "Records and what the paper found: docs/phx-e2e.md");
   app.set_version_flag("--version", std::string("phx-e2e ") + PHOENIX_VERSION_STRING +
                                         " (libphoenix " + phxfs_version() + ")");
   const std::vector<std::string> names = engine_names();
   app.add_option("-x,--engine", c.engines,
                  "Engines to measure (repeatable; default: every one that runs here)")
-      ->check(CLI::IsMember(names));
+      ->transform(phxtools::engine_option(names));
   app.add_option("--figure", raw.figure, "Which of the paper's figures: fig8a, fig8b or all")
       ->check(CLI::IsMember({"fig8a", "fig8b", "all"}))
       ->capture_default_str();
@@ -301,7 +302,7 @@ int main(int argc, char **argv) {
       ->check(CLI::Range(1U, 1024U))
       ->capture_default_str();
   app.add_option("--device-addr", raw.device_addr,
-                 "phoenix engine: register device addresses from ADDR on (0x hex, decimal or a "
+                 "direct engine: register device addresses from ADDR on (0x hex, decimal or a "
                  "size such as 192M) instead of allocating GPU memory: for phxfs providers whose "
                  "device addresses are not CUDA's, such as the rig's PCI BAR (BAR byte offsets)")
       ->type_name("ADDR");

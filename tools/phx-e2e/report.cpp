@@ -7,8 +7,8 @@
 #include <optional>
 #include <vector>
 
+#include "common/timing.hpp"
 #include "phoenix/phoenix.h"
-#include "timing.hpp"
 
 namespace phx_e2e {
 namespace {
@@ -19,13 +19,13 @@ ordered_json stats_json(const std::vector<double> &samples) {
   if (samples.empty()) {
     return nullptr;
   }
-  const phxbench::SampleSummary s = phxbench::summarize(samples);
+  const phxtools::SampleSummary s = phxtools::summarize(samples);
   return {{"count", s.count}, {"first", s.first}, {"mean", s.mean}, {"min", s.min},
           {"p50", s.p50},     {"p95", s.p95},     {"max", s.max}};
 }
 
 double mean(const std::vector<double> &samples) {
-  return samples.empty() ? 0.0 : phxbench::summarize(samples).mean;
+  return samples.empty() ? 0.0 : phxtools::summarize(samples).mean;
 }
 
 // The part of @p total that is not @p transfer.
@@ -88,7 +88,7 @@ void Report::requests(const Loader &loader, const RequestResult &r) const {
       {"deregister_us", r.registers ? stats_json(r.deregister_us) : ordered_json(nullptr)},
       {"software_share", share(total, pure)},
       {"software_share_p50",
-       share(phxbench::summarize(r.total_us).p50, phxbench::summarize(r.pure_read_us).p50)},
+       share(phxtools::summarize(r.total_us).p50, phxtools::summarize(r.pure_read_us).p50)},
       {"registration_vs_read", r.registers && pure > 0 ? ordered_json(reg / pure) : nullptr},
       {"verify", verify_json(r.verify)},
   });

@@ -6,14 +6,14 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "common/timing.hpp"
 #include "experiments.hpp"
-#include "timing.hpp"
 
 namespace phx_e2e {
 namespace {
 
-using phxbench::Clock;
-using phxbench::us_since;
+using phxtools::Clock;
+using phxtools::us_since;
 
 void read_exactly(Loader &loader, std::size_t size, std::uint64_t offset) {
   if (loader.read(0, 0, size, offset) != size) {

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <span>
 
-#include "pattern.hpp"
+#include "common/pattern.hpp"
 
 namespace phx_e2e {
 
@@ -21,7 +21,7 @@ void Verification::check(const Loader &loader, std::size_t buffer_offset, std::s
     const std::size_t n = std::min(kPiece, size - done);
     const std::span<std::byte> piece(scratch_.data(), n);
     loader.copy_out(buffer_offset + done, piece);
-    if (const auto bad = phxbench::find_mismatch(piece, file_offset + done); bad && !mismatched) {
+    if (const auto bad = phxtools::find_mismatch(piece, file_offset + done); bad && !mismatched) {
       mismatched = true;
       if (!first_mismatch_ || *bad < *first_mismatch_) {
         first_mismatch_ = *bad;

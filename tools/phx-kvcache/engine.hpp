@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // How a replay moves blocks into the pool: one implementation per engine
-// (phoenix, compat, host and the pinned-host ceiling through phx::Gather;
-// posix as a per-block pread + copy loop; gds through cuFile's batch API).
+// (direct, compat, host and the pinned-host ceiling through phx::Gather;
+// posix as a per-block pread + copy loop; cufile as per-block cuFile reads).
 #ifndef PHX_KVCACHE_ENGINE_HPP
 #define PHX_KVCACHE_ENGINE_HPP
 
@@ -12,6 +12,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -50,16 +51,20 @@ class Engine {
   [[nodiscard]] virtual nlohmann::json describe() const = 0;
 };
 
-/// "phoenix", "compat", "host", "pinned", "posix", "gds".  Throws
+/// "direct", "compat", "host", "pinned", "posix", "cufile" (old spellings
+/// "phoenix" and "gds" accepted).  Throws
 /// Unavailable when the engine cannot run here, std::invalid_argument for
 /// an unknown name, std::runtime_error / std::system_error otherwise.
+/// The engines by their canonical names, in the order --help lists them.
+[[nodiscard]] const std::vector<std::string> &engine_names();
+
 [[nodiscard]] std::unique_ptr<Engine> make_engine(const std::string &name,
                                                   const EngineSetup &setup);
 
 [[nodiscard]] std::unique_ptr<Engine> make_gather_engine(const std::string &name,
                                                          const EngineSetup &setup);
 [[nodiscard]] std::unique_ptr<Engine> make_posix_engine(const EngineSetup &setup);
-[[nodiscard]] std::unique_ptr<Engine> make_gds_engine(const EngineSetup &setup);
+[[nodiscard]] std::unique_ptr<Engine> make_cufile_engine(const EngineSetup &setup);
 
 }  // namespace phx::kvcache
 

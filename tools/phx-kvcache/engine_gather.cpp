@@ -14,6 +14,8 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "common/engine_names.hpp"
+#include "common/engine_spec.hpp"
 #include "engine.hpp"
 #include "gpu.hpp"
 #include "phoenix/gather.hpp"
@@ -43,13 +45,9 @@ struct HostMemory {
 };
 
 phx::Engine library_engine(const std::string &name) {
-  if (name == "phoenix") {
-    return phx::Engine::direct;
-  }
-  if (name == "compat") {
-    return phx::Engine::compat;
-  }
-  return phx::Engine::host;
+  return name == "direct"   ? phx::Engine::direct
+         : name == "compat" ? phx::Engine::compat
+                            : phx::Engine::host;
 }
 
 class GatherEngine final : public Engine {
@@ -119,14 +117,7 @@ class GatherEngine final : public Engine {
 
  private:
   static Device open_device(const std::string &name, const EngineSetup &setup) {
-    try {
-      return Device::open(setup.device, library_engine(name));
-    } catch (const std::system_error &e) {
-      if (e.code().value() == ENODEV || e.code().value() == ENOTSUP) {
-        throw Unavailable(e.what());
-      }
-      throw;
-    }
+    return phxtools::open_device(setup.device, library_engine(name));
   }
 
   std::string name_;
@@ -146,24 +137,27 @@ std::unique_ptr<Engine> make_gather_engine(const std::string &name, const Engine
   return std::make_unique<GatherEngine>(name, setup);
 }
 
-std::unique_ptr<Engine> make_engine(const std::string &name, const EngineSetup &setup) {
-  // --device-addr names device memory that only the phoenix engine can
+std::unique_ptr<Engine> make_engine(const std::string &given, const EngineSetup &setup) {
+  const std::string name = phxtools::parse_engine_name(given, engine_names());
+  // --device-addr names device memory that only the direct engine can
   // address; every other engine of the same run allocates its own pool.
   EngineSetup own = setup;
-  if (name != "phoenix") {
+  if (name != "direct") {
     own.device_address.reset();
-  }
-  if (name == "phoenix" || name == "compat" || name == "host" || name == "pinned") {
-    return make_gather_engine(name, own);
   }
   if (name == "posix") {
     return make_posix_engine(own);
   }
-  if (name == "gds") {
-    return make_gds_engine(own);
+  if (name == "cufile") {
+    return make_cufile_engine(own);
   }
-  throw std::invalid_argument("unknown engine \"" + name +
-                              "\" (phoenix, compat, gds, posix, host, pinned)");
+  return make_gather_engine(name, own);
+}
+
+const std::vector<std::string> &engine_names() {
+  static const std::vector<std::string> names{"direct", "compat", "cufile",
+                                              "posix",  "host",   "pinned"};
+  return names;
 }
 
 }  // namespace phx::kvcache

@@ -1,49 +1,35 @@
 // SPDX-License-Identifier: MIT
-// The CUDA runtime calls phx-kvcache needs: device and pinned host memory,
-// synchronous copies.  Builds without PHX_WITH_CUDA, or machines without a
-// usable GPU, throw Unavailable.
+// phx-kvcache's names for the shared GPU memory (common/gpu.hpp): device
+// and pinned host pools, synchronous copies on the current device.
 #ifndef PHX_KVCACHE_GPU_HPP
 #define PHX_KVCACHE_GPU_HPP
 
 #include <cstddef>
-#include <stdexcept>
-#include <string>
+
+#include "common/gpu.hpp"
+#include "common/unavailable.hpp"
 
 namespace phx::kvcache {
 
 /// The engine cannot run on this machine or build (a JSON "unavailable" record).
-class Unavailable : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+using phxtools::Unavailable;
 
 namespace gpu {
 
-enum class Kind { device, pinned };
+using Kind = phxtools::gpu::MemoryKind;
 
-/// cudaMalloc (device) or cudaHostAlloc (pinned) on CUDA device @p device;
-/// freed on destruction.
-class Memory {
+/// cudaMalloc (device) or cudaHostAlloc (pinned) on CUDA device @p device.
+class Memory : public phxtools::gpu::DeviceBuffer {
  public:
-  Memory(Kind kind, int device, std::size_t bytes);
-  ~Memory();
-  Memory(const Memory &) = delete;
-  Memory &operator=(const Memory &) = delete;
-  Memory(Memory &&) = delete;
-  Memory &operator=(Memory &&) = delete;
-  [[nodiscard]] void *data() const noexcept { return data_; }
-  [[nodiscard]] std::size_t size() const noexcept { return size_; }
-
- private:
-  Kind kind_;
-  int device_;
-  void *data_ = nullptr;
-  std::size_t size_;
+  Memory(Kind kind, int device, std::size_t bytes) : DeviceBuffer(device, bytes, kind) {}
 };
 
-/// Synchronous copies on the calling thread's current device.
-void to_device(void *dst, const void *src, std::size_t bytes);
-void to_host(void *dst, const void *src, std::size_t bytes);
+inline void to_device(void *dst, const void *src, std::size_t bytes) {
+  phxtools::gpu::copy_to_device(-1, dst, src, bytes);
+}
+inline void to_host(void *dst, const void *src, std::size_t bytes) {
+  phxtools::gpu::copy_to_host(-1, dst, src, bytes);
+}
 
 }  // namespace gpu
 }  // namespace phx::kvcache

@@ -11,7 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/config.hpp"
+#include "common/engine_names.hpp"
+#include "common/units.hpp"
 #include "engine.hpp"
 #include "gpu.hpp"
 #include "kv_file.hpp"
@@ -48,11 +49,11 @@ struct Options {
 };
 
 std::size_t size_option(const std::string &text, const char *what) {
-  const auto v = phx::detail::parse_size(text);
-  if (!v) {
-    throw CLI::ValidationError(what, "\"" + text + "\" is not a size (4096, 16K, 1M, 2G)");
+  try {
+    return static_cast<std::size_t>(phxtools::parse_size(text));
+  } catch (const std::invalid_argument &e) {
+    throw CLI::ValidationError(what, e.what());
   }
-  return *v;
 }
 
 std::vector<std::string> split(const std::string &list) {
@@ -91,9 +92,10 @@ int main(int argc, char **argv) {
   app.add_option("--block-size", o.block_size, "bytes per KV block: 8K, 16K, 64K, ...")
       ->capture_default_str();
   app.add_option("--engine", o.engines,
-                 "comma-separated: phoenix (direct, libphoenix), compat (GPU without the "
-                 "module), gds (cuFile batch API), posix (per-block pread + cudaMemcpy), host "
-                 "(pool in host memory), pinned (pool in pinned host memory: the ceiling)")
+                 "comma-separated: direct (libphoenix with phxfs.ko), compat (GPU without the "
+                 "module), cufile (per-block cuFile reads), posix (per-block pread + "
+                 "cudaMemcpy), host (pool in host memory), pinned (pool in pinned host memory: "
+                 "the ceiling); the old names phoenix and gds still work")
       ->capture_default_str();
   app.add_option("--file", o.file, "the offloaded KV-cache file (created or reused)")
       ->capture_default_str();
@@ -110,7 +112,7 @@ int main(int argc, char **argv) {
   app.add_option("--device", o.device, "Phoenix device id (also the CUDA GPU)")
       ->capture_default_str();
   app.add_option("--device-addr", o.device_addr,
-                 "phoenix engine: use device addresses from ADDR (hex or decimal; a BAR offset "
+                 "direct engine: use device addresses from ADDR (hex or decimal; a BAR offset "
                  "with the pcibar provider) instead of allocating the pool; the other engines "
                  "of the run allocate their own");
   app.add_option("--queue-depth", o.queue_depth, "io_uring entries (0: library default)")
@@ -192,7 +194,8 @@ int main(int argc, char **argv) {
   setup.merge = !o.no_merge;
 
   int status = 0;
-  for (const std::string &name : split(o.engines)) {
+  for (const std::string &given : split(o.engines)) {
+    const std::string name = phxtools::canonical_engine(given);
     json r = base_record(o, trace, block_size, name);
     r["pool_blocks"] = setup.pool_blocks;
     try {

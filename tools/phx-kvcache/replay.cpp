@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/pattern.hpp"
 #include "kv_file.hpp"
 #include "slot_pool.hpp"
 
@@ -26,10 +27,11 @@ void check_sequence(Engine &engine, std::span<const std::uint64_t> blocks,
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     const std::span<const std::byte> block(buf.data() + i * block_size, block_size);
     ++stats.blocks_checked;
-    if (const std::size_t at = first_mismatch(block, blocks[i] * block_size); at != block.size()) {
+    if (const auto bad = phxtools::find_mismatch(block, blocks[i] * block_size)) {
       if (stats.mismatches++ == 0) {
         stats.first_mismatch = "block " + std::to_string(blocks[i]) + " (slot " +
-                               std::to_string(slots[i]) + ") at byte " + std::to_string(at);
+                               std::to_string(slots[i]) + ") at byte " +
+                               std::to_string(*bad - blocks[i] * block_size);
       }
     }
   }

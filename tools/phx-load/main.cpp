@@ -19,6 +19,7 @@
 #include <system_error>
 #include <vector>
 
+#include "common/cli.hpp"
 #include "phoenix/safetensors.hpp"
 #include "progress.hpp"
 #include "verify.hpp"
@@ -262,8 +263,9 @@ int main(int argc, char **argv) {
       "Exit status: 0 loaded (and verified), 1 load failed or a tensor differs, 2 engine "
       "unavailable (a JSON record says why), 64 usage error."};
   app.add_option("paths", opt.paths, "files, folders or indexes")->required();
-  app.add_option("--engine", opt.engine, "auto, direct, compat, host or cufile")
-      ->check(CLI::IsMember({"auto", "direct", "phoenix", "compat", "host", "cufile", "gds"}))
+  app.add_option("--engine", opt.engine,
+                 "auto, direct, compat, host or cufile (the old names phoenix and gds still work)")
+      ->transform(phxtools::engine_option({"auto", "direct", "compat", "host", "cufile"}))
       ->capture_default_str();
   app.add_option("--device", opt.device, "Phoenix device id for every tensor")
       ->check(CLI::Range(0, 63))

@@ -16,16 +16,14 @@
 #include <string>
 #include <string_view>
 
+#include "common/unavailable.hpp"
 #include "options.hpp"
 #include "phoenix/phoenix.hpp"
 
 namespace phxbench {
 
 /// The engine or mode cannot run in this build or on this machine (exit 2).
-class Unavailable : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+using phxtools::Unavailable;
 
 /// What an engine turned out to be once opened, for the report.
 struct EngineInfo {
@@ -106,16 +104,12 @@ struct EngineEntry {
   std::unique_ptr<Engine> (*make)(const Options &options);
 };
 
-/// Every engine, in the order --help lists them.
+/// Every engine, in the order --help lists them, by its canonical name.
 [[nodiscard]] std::span<const EngineEntry> engine_table() noexcept;
-[[nodiscard]] const EngineEntry *find_engine(std::string_view name) noexcept;
+/// The engine @p name names, old spellings ("phoenix", "gds") included.
+[[nodiscard]] const EngineEntry *find_engine(std::string_view name);
 
-// The factories, one per engine_*.cpp.
-[[nodiscard]] std::unique_ptr<Engine> make_phoenix_engine(const Options &options);
-[[nodiscard]] std::unique_ptr<Engine> make_compat_engine(const Options &options);
-[[nodiscard]] std::unique_ptr<Engine> make_gds_engine(const Options &options);
 [[nodiscard]] std::unique_ptr<Engine> make_posix_engine(const Options &options);
-[[nodiscard]] std::unique_ptr<Engine> make_host_engine(const Options &options);
 
 }  // namespace phxbench
 

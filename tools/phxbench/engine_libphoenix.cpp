@@ -12,8 +12,8 @@
 #include <system_error>
 #include <utility>
 
-#include "gpu.hpp"
-#include "host_buffer.hpp"
+#include "common/gpu.hpp"
+#include "common/host_buffer.hpp"
 #include "phoenix/phoenix.h"
 
 namespace phxbench {
@@ -42,9 +42,14 @@ void enqueue_stream(F &file, IoDir dir, const phx::Registration &reg, std::size_
   }
 }
 
+using phxtools::HostBuffer;
+namespace gpu = phxtools::gpu;
+
 bool unavailable_errno(int err) {
   return err == ENODEV || err == ENOTSUP || err == EPROTO;
 }
+
+enum class BufferMemory { host, gpu };
 
 // Threads given --device-addr ranges take one each, this far apart, so two
 // ranges never share a page of the module (whose page size is at most this).
@@ -209,26 +214,11 @@ class LibphoenixEngine final : public Engine {
 
 }  // namespace
 
-std::unique_ptr<Engine> make_libphoenix_engine(const Options &options, std::string_view tool_name,
-                                               std::string_view library_engine,
-                                               BufferMemory memory) {
-  const std::string name(tool_name);
-  phx::Engine engine = phx::Engine::host;
-  try {
-    engine = phx::parse_engine(library_engine);
-  } catch (const std::system_error &) {
-    throw Unavailable(name + " engine: not available in this build (libphoenix " + phxfs_version() +
-                      " has no '" + std::string(library_engine) + "' engine)");
-  }
-  std::optional<phx::Device> device;
-  try {
-    device.emplace(phx::Device::open(options.device, engine));
-  } catch (const std::system_error &e) {
-    if (unavailable_errno(e.code().value())) {
-      throw Unavailable(name + " engine: " + e.what());
-    }
-    throw;
-  }
+std::unique_ptr<Engine> make_libphoenix_engine(const Options &options,
+                                               const phxtools::EngineSpec &spec) {
+  const std::string name(spec.name);
+  const BufferMemory memory = spec.gpu_memory ? BufferMemory::gpu : BufferMemory::host;
+  phx::Device device = phxtools::open_device(options.device, spec.engine);
   BufferPlace place{memory, -1, std::nullopt};
   std::string gpu_name;
   if (options.device_addr) {
@@ -245,8 +235,7 @@ std::unique_ptr<Engine> make_libphoenix_engine(const Options &options, std::stri
     place.gpu_device = options.device;
     gpu_name = probe.name;
   }
-  return std::make_unique<LibphoenixEngine>(std::move(*device), tool_name, place,
-                                            std::move(gpu_name));
+  return std::make_unique<LibphoenixEngine>(std::move(device), name, place, std::move(gpu_name));
 }
 
 }  // namespace phxbench

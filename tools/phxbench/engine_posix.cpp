@@ -11,12 +11,15 @@
 #include <string>
 #include <system_error>
 
+#include "common/gpu.hpp"
+#include "common/host_buffer.hpp"
 #include "engine.hpp"
-#include "gpu.hpp"
-#include "host_buffer.hpp"
 
 namespace phxbench {
 namespace {
+
+namespace gpu = phxtools::gpu;
+using phxtools::HostBuffer;
 
 class PosixThreadIo final : public ThreadIo {
  public:

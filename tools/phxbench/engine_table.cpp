@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: MIT
 #include <array>
 
+#include "common/engine_names.hpp"
+#include "common/engine_spec.hpp"
 #include "engine.hpp"
+#include "engine_libphoenix.hpp"
 
 namespace phxbench {
 
@@ -18,16 +21,23 @@ void ThreadIo::enqueue(IoDir /*dir*/, unsigned /*slot*/, std::size_t /*size*/,
 
 namespace {
 
+// The libphoenix engines differ only in the row of phxtools::libphoenix_engines().
+template <phx::Engine E>
+std::unique_ptr<Engine> make_library_engine(const Options &options) {
+  return make_libphoenix_engine(options, *phxtools::find_libphoenix_engine(phx::to_string(E)));
+}
+
 constexpr std::array<EngineEntry, 5> kEngines{{
-    {"phoenix", "libphoenix direct engine: GPU memory mapped by phxfs.ko, O_DIRECT into it",
-     make_phoenix_engine},
+    {"direct", "libphoenix direct engine: GPU memory mapped by phxfs.ko, O_DIRECT into it",
+     make_library_engine<phx::Engine::direct>},
     {"compat", "libphoenix compat engine: GPU without the module, staged through pinned memory",
-     make_compat_engine},
-    {"gds", "NVIDIA cuFile through libphoenix's cufile engine (the GDS baseline)", make_gds_engine},
+     make_library_engine<phx::Engine::compat>},
+    {"cufile", "NVIDIA cuFile through libphoenix's cufile engine (the GDS baseline)",
+     make_library_engine<phx::Engine::cufile>},
     {"posix", "plain pread/pwrite into a host buffer, then cudaMemcpy to the GPU if there is one",
      make_posix_engine},
     {"host", "libphoenix host engine: the library's I/O path into registered host memory",
-     make_host_engine},
+     make_library_engine<phx::Engine::host>},
 }};
 
 }  // namespace
@@ -36,9 +46,10 @@ std::span<const EngineEntry> engine_table() noexcept {
   return kEngines;
 }
 
-const EngineEntry *find_engine(std::string_view name) noexcept {
+const EngineEntry *find_engine(std::string_view name) {
+  const std::string canonical = phxtools::canonical_engine(name);
   for (const EngineEntry &entry : kEngines) {
-    if (entry.name == name) {
+    if (entry.name == canonical) {
       return &entry;
     }
   }

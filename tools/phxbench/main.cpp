@@ -22,9 +22,11 @@
 #include <system_error>
 #include <vector>
 
+#include "common/cli.hpp"
+#include "common/pattern_file.hpp"
+#include "common/units.hpp"
 #include "engine.hpp"
 #include "options.hpp"
-#include "pattern_file.hpp"
 #include "phoenix/config.h"
 #include "phoenix/phoenix.h"
 #include "report.hpp"
@@ -63,18 +65,18 @@ std::string engine_help() {
 
 // Turns the raw strings into Options; throws std::invalid_argument.
 void finish_options(const RawOptions &raw, Options &o) {
-  o.io_size = phxbench::parse_size(raw.io_size);
+  o.io_size = phxtools::parse_size(raw.io_size);
   if (o.io_size == 0) {
     throw std::invalid_argument("--io-size must be positive");
   }
   if (!raw.length.empty()) {
-    o.length = phxbench::parse_size(raw.length);
+    o.length = phxtools::parse_size(raw.length);
   }
   if (!raw.total.empty()) {
-    o.total_bytes = phxbench::parse_size(raw.total);
+    o.total_bytes = phxtools::parse_size(raw.total);
   }
   if (!raw.duration.empty()) {
-    o.duration_s = phxbench::parse_seconds(raw.duration);
+    o.duration_s = phxtools::parse_seconds(raw.duration);
     if (*o.duration_s <= 0) {
       throw std::invalid_argument("--duration must be positive");
     }
@@ -83,9 +85,9 @@ void finish_options(const RawOptions &raw, Options &o) {
     // A unit of time (or none) is seconds; a size unit is bytes.
     const char last = raw.warmup.back();
     if (last == 's' || (last >= '0' && last <= '9') || raw.warmup.ends_with("min")) {
-      o.warmup_s = phxbench::parse_seconds(raw.warmup);
+      o.warmup_s = phxtools::parse_seconds(raw.warmup);
     } else {
-      o.warmup_bytes = phxbench::parse_size(raw.warmup);
+      o.warmup_bytes = phxtools::parse_size(raw.warmup);
     }
   }
   o.mode = raw.mode == "sync"    ? phxbench::Mode::sync
@@ -100,10 +102,10 @@ void finish_options(const RawOptions &raw, Options &o) {
         "to async, batch and stream");
   }
   if (!raw.device_addr.empty()) {
-    if (o.engine != "phoenix") {
-      throw std::invalid_argument("--device-addr is for the phoenix engine (-x phoenix) only");
+    if (o.engine != "direct") {
+      throw std::invalid_argument("--device-addr is for the direct engine (-x direct) only");
     }
-    o.device_addr = phxbench::parse_address(raw.device_addr);
+    o.device_addr = phxtools::parse_address(raw.device_addr);
   }
   if (o.create && o.length == 0) {
     throw std::invalid_argument("--create needs --length (the size to create)");
@@ -114,7 +116,7 @@ int run(const Options &o) {
   phxbench::RunContext context;
   context.started_at = phxbench::utc_now();
   if (o.create) {
-    phxbench::create_pattern_file(o.file, o.length);
+    phxtools::create_pattern_file(o.file, o.length);
   }
   const phxbench::EngineEntry *entry = phxbench::find_engine(o.engine);
   const std::unique_ptr<phxbench::Engine> engine = entry->make(o);
@@ -179,15 +181,16 @@ int main(int argc, char **argv) {
       "3 --verify found wrong bytes.\n"
       "Examples:\n"
       "  phxbench -f /data/f -l 1G --create --verify -x host\n"
-      "  phxbench -f /data/f -x phoenix -m async -q 16 -s 64K --json\n"
+      "  phxbench -f /data/f -x direct -m async -q 16 -s 64K --json\n"
       "  phxbench -f /data/f -x compat -a rand -s 4K -t 32 --duration 10 --warmup 2s\n"
-      "  phxbench -f /mnt/f -x phoenix -d 1 --device-addr 0xc000000 --verify   (the rig)\n"
+      "  phxbench -f /mnt/f -x direct -d 1 --device-addr 0xc000000 --verify   (the rig)\n"
       "Fields of the JSON record and the paper's experiments: docs/phxbench.md");
   app.set_version_flag("--version", std::string("phxbench ") + PHOENIX_VERSION_STRING +
                                         " (libphoenix " + phxfs_version() + ")");
   app.add_option("-f,--file", o.file, "File or raw block device to read or write")->required();
-  app.add_option("-x,--engine", o.engine, "Engine by name (see above)")
-      ->check(CLI::IsMember(engine_names))
+  app.add_option("-x,--engine", o.engine,
+                 "Engine by name (see above; the old names phoenix and gds still work)")
+      ->transform(phxtools::engine_option(engine_names))
       ->capture_default_str();
   app.add_option("-m,--mode", raw.mode,
                  "sync: one request at a time per thread; async: io_uring with --depth requests "
@@ -221,7 +224,7 @@ int main(int argc, char **argv) {
       ->check(CLI::Range(0, 63))
       ->capture_default_str();
   app.add_option("--device-addr", raw.device_addr,
-                 "phoenix engine: register device addresses from ADDR on (0x hex, decimal or a "
+                 "direct engine: register device addresses from ADDR on (0x hex, decimal or a "
                  "size such as 192M) instead of allocating GPU memory; each thread takes the "
                  "next 2 MiB-aligned range.  For phxfs providers whose device addresses are not "
                  "CUDA's, such as the rig's PCI BAR (addresses are BAR byte offsets)")

@@ -29,7 +29,7 @@ struct Options {
   unsigned threads = 1;
   unsigned depth = 1;  ///< io_uring queue depth (async), batch size (batch, stream)
   int device = 0;
-  /// phoenix engine: device addresses to register, from here on, instead of
+  /// direct engine: device addresses to register, from here on, instead of
   /// GPU memory from cudaMalloc (the rig's PCI BAR provider, whose device
   /// addresses are BAR byte offsets)
   std::optional<std::uint64_t> device_addr;
@@ -44,17 +44,6 @@ struct Options {
   bool quiet = false;
   std::uint64_t seed = 1;
 };
-
-/// Parses "4096", "4K", "4KiB", "16M", "1G", "1T" (powers of 1024); throws
-/// std::invalid_argument with a sentence naming the bad value.
-[[nodiscard]] std::uint64_t parse_size(std::string_view text);
-
-/// Parses a device address: decimal, 0x hexadecimal, or a size ("192M");
-/// throws std::invalid_argument naming the bad value.
-[[nodiscard]] std::uint64_t parse_address(std::string_view text);
-
-/// Parses "10", "2.5s", "500ms" as seconds.
-[[nodiscard]] double parse_seconds(std::string_view text);
 
 }  // namespace phxbench
 

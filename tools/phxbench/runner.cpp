@@ -17,12 +17,16 @@
 #include <thread>
 #include <vector>
 
-#include "gpu.hpp"
-#include "pattern.hpp"
-#include "unique_fd.hpp"
+#include "common/fd.hpp"
+#include "common/gpu.hpp"
+#include "common/pattern.hpp"
 
 namespace phxbench {
 namespace {
+
+namespace gpu = phxtools::gpu;
+using phxtools::fill_pattern;
+using phxtools::find_mismatch;
 
 using Clock = std::chrono::steady_clock;
 
@@ -348,11 +352,7 @@ struct Worker {
 // Reads back every block a write run wrote, through the page cache (which
 // O_DIRECT writes keep coherent), and checks it against the pattern.
 void verify_written(const Shared &shared, const phx::File &file, VerifyResult &verify) {
-  const UniqueFd fd(::open(file.path().c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) {
-    throw std::system_error(errno, std::system_category(),
-                            "reopening " + file.path().string() + " to verify");
-  }
+  const phxtools::UniqueFd fd = phxtools::open_fd(file.path().string(), O_RDONLY);
   std::vector<std::byte> buf(shared.io_size);
   for (std::size_t block = 0; block < shared.written.size(); ++block) {
     if (shared.written[block].load(std::memory_order_relaxed) == 0) {

@@ -18,10 +18,10 @@
 #include <memory>
 #include <new>
 
+#include "common/fd.hpp"
 #include "fs_types.hpp"
 #include "probes.hpp"
 #include "sysfs.hpp"
-#include "unique_fd.hpp"
 
 namespace phxcheck {
 namespace {
@@ -120,9 +120,9 @@ void try_io(int fd, bool writable, std::uint64_t size, PathProbe &probe) {
 
 // An unnamed file leaves nothing behind even if we are killed; filesystems
 // without O_TMPFILE get a named one that is unlinked at once.
-UniqueFd make_temp_file(const std::string &dir, PathProbe &probe) {
+phxtools::UniqueFd make_temp_file(const std::string &dir, PathProbe &probe) {
   // NOLINTNEXTLINE(cppcoreguidelines-pro-type-vararg): open(2) is variadic
-  UniqueFd fd(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
+  phxtools::UniqueFd fd(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
   if (fd) {
     probe.method = "temporary file (O_TMPFILE)";
     return fd;
@@ -143,7 +143,7 @@ UniqueFd make_temp_file(const std::string &dir, PathProbe &probe) {
 }
 
 void probe_directory(const std::string &dir, PathProbe &probe) {
-  const UniqueFd fd = make_temp_file(dir, probe);
+  const phxtools::UniqueFd fd = make_temp_file(dir, probe);
   if (!fd) {
     return;
   }
@@ -172,7 +172,7 @@ std::uint64_t readable_size(int fd, const struct stat &st) {
 void probe_existing(const std::string &path, const struct stat &st, PathProbe &probe) {
   probe.method = "opened read-only with O_DIRECT";
   // NOLINTNEXTLINE(cppcoreguidelines-pro-type-vararg): open(2) is variadic
-  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT));
+  const phxtools::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT));
   if (!fd) {
     const int err = errno;
     if (err == EINVAL) {

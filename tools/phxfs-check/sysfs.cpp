@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <system_error>
 
-#include "unique_fd.hpp"
+#include "common/fd.hpp"
 
 namespace phxcheck {
 
@@ -21,7 +21,7 @@ std::optional<std::string> read_text(const std::string &path, std::string &error
                                      std::size_t limit) {
   // POSIX read rather than iostreams: /proc and /sys files report size 0,
   // and we want errno for the message.
-  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  const phxtools::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) {
     error = path + ": " + errno_message(errno);
     return std::nullopt;

@@ -30,8 +30,8 @@ BLOCK_SIZES = (8 << 10, 16 << 10, 64 << 10)
 QUICK_TRACE = "quality.txt"
 QUICK_SEQUENCES = 4
 # The engines phx-kvcache knows, in plotting order; "pinned" is the ceiling.
-KV_ENGINES = ("phoenix", "compat", "gds", "posix", "host")
-GPU_ENGINES = {"phoenix", "compat", "gds", "posix"}
+KV_ENGINES = ("direct", "compat", "cufile", "posix", "host")
+GPU_ENGINES = {"direct", "compat", "cufile", "posix"}
 # Where the rig's guest finds the traces (bench/phxrepro/rig.py copies
 # GUEST_FILES into the guest folder, mounted at /phx).
 GUEST_TRACES = "/phx/kvcache-traces"
@@ -182,7 +182,7 @@ def ratios(records: list[dict]) -> list[dict]:
                        if r["trace"] == trace and r["block_size"] == size)
         rec = {"status": "derived", "kind": "ratios", "trace": trace, "block_size": size,
                "verified": verified, "bandwidth_GBps": bw, "rounds_GBps": spread}
-        for engine in ("compat", "phoenix", "gds", "host"):
+        for engine in ("compat", "direct", "cufile", "host"):
             if engine in bw and bw.get("posix"):
                 rec[f"{engine}_over_posix"] = bw[engine] / bw["posix"]
             if engine in bw and bw.get("pinned"):

@@ -16,7 +16,7 @@ from ..records import measured, unavailable
 NAME = "fig8"
 TITLE = "End to end: per-request registration (Fig 8a) and large-file load (Fig 8b)"
 
-E2E_ENGINES = ("phoenix", "compat", "gds", "host", "posix")
+E2E_ENGINES = ("direct", "compat", "cufile", "host", "posix")
 # fig8b's steps other than the read, in the order they run.
 OVERHEAD_STEPS = ("driver_open", "file_open", "buffer_alloc", "buffer_register",
                   "buffer_deregister", "buffer_free", "file_close", "driver_close")

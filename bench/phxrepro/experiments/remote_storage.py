@@ -22,7 +22,7 @@ GUEST_WRAPPER = "/phx/remote-bench.sh"
 PLACEHOLDER = "@REMOTE@"
 GUEST_FILES = {"remote-bench.sh": pathlib.Path(__file__).resolve().parents[3] / "tests" / "vm"
                / "remote" / "remote-bench.sh"}
-ENGINES = ("phoenix", "posix", "host")
+ENGINES = ("direct", "posix", "host")
 RIG_DATA_PATH = ("TCP over loopback in the rig: the kernel copies received data into device "
                  "memory with the CPU (not P2P)")
 

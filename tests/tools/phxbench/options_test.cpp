@@ -8,10 +8,15 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/units.hpp"
 #include "engine.hpp"
 
 namespace phxbench {
 namespace {
+
+using phxtools::parse_address;
+using phxtools::parse_seconds;
+using phxtools::parse_size;
 
 TEST(Options, SizesArePowersOf1024) {
   EXPECT_EQ(parse_size("4096"), 4096U);
@@ -76,8 +81,11 @@ TEST(Engines, NamedOnceAndFoundByName) {
     EXPECT_EQ(find_engine(e.name), &e);
     EXPECT_FALSE(e.summary.empty());
   }
-  EXPECT_EQ(names, (std::set<std::string>{"phoenix", "compat", "gds", "posix", "host"}));
-  EXPECT_EQ(find_engine("direct"), nullptr);
+  EXPECT_EQ(names, (std::set<std::string>{"direct", "compat", "cufile", "posix", "host"}));
+  // The old spellings are read as aliases.
+  EXPECT_EQ(find_engine("phoenix"), find_engine("direct"));
+  EXPECT_EQ(find_engine("gds"), find_engine("cufile"));
+  EXPECT_EQ(find_engine("uring"), nullptr);
   EXPECT_EQ(find_engine(""), nullptr);
 }
 

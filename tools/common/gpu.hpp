@@ -1,16 +1,16 @@
 // SPDX-License-Identifier: MIT
-// The few CUDA runtime calls phxbench needs (gpu.cpp).  In builds without
+// The few CUDA runtime calls the tools need (gpu.cpp).  In builds without
 // PHX_WITH_CUDA no GPU is usable.  Failures throw Unavailable (no GPU) or
 // std::runtime_error.
-#ifndef PHXBENCH_GPU_HPP
-#define PHXBENCH_GPU_HPP
+#ifndef PHX_TOOLS_GPU_HPP
+#define PHX_TOOLS_GPU_HPP
 
 #include <cstddef>
 #include <string>
 
 struct CUstream_st;
 
-namespace phxbench::gpu {
+namespace phxtools::gpu {
 
 struct Probe {
   bool usable = false;
@@ -21,10 +21,13 @@ struct Probe {
 /// Whether CUDA device @p device can be used.  Never throws.
 [[nodiscard]] Probe probe(int device) noexcept;
 
-/// Device memory on one GPU, freed on destruction.
+enum class MemoryKind { device, pinned };
+
+/// Device memory (cudaMalloc) or pinned host memory (cudaHostAlloc) of one
+/// GPU, freed on destruction.  Throws Unavailable without a usable GPU.
 class DeviceBuffer {
  public:
-  DeviceBuffer(int device, std::size_t bytes);
+  DeviceBuffer(int device, std::size_t bytes, MemoryKind kind = MemoryKind::device);
   DeviceBuffer(const DeviceBuffer &) = delete;
   DeviceBuffer &operator=(const DeviceBuffer &) = delete;
   DeviceBuffer(DeviceBuffer &&) = delete;
@@ -35,11 +38,13 @@ class DeviceBuffer {
 
  private:
   int device_;
+  MemoryKind kind_;
   void *data_ = nullptr;
   std::size_t size_;
 };
 
-/// Synchronous copies; the calling thread's current device is set to @p device.
+/// Synchronous copies; the calling thread's current device is set to @p device
+/// (a negative @p device leaves it as it is).
 void copy_to_device(int device, void *dst, const void *src, std::size_t bytes);
 void copy_to_host(int device, void *dst, const void *src, std::size_t bytes);
 
@@ -60,6 +65,6 @@ class Stream {
   CUstream_st *stream_ = nullptr;
 };
 
-}  // namespace phxbench::gpu
+}  // namespace phxtools::gpu
 
-#endif  // PHXBENCH_GPU_HPP
+#endif  // PHX_TOOLS_GPU_HPP

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: MIT
 // The CUDA runtime calls, in builds with PHX_WITH_CUDA (statically linked
-// cudart: it loads the driver only when called, so phxbench starts on
+// cudart: it loads the driver only when called, so the tools start on
 // machines without one); without CUDA every GPU is unusable.  One file
 // either way, so every build compiles and lints it.
 #include "gpu.hpp"
 
-#include "engine.hpp"
 #include "phoenix/config.h"
+#include "unavailable.hpp"
 
 #if PHX_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -14,17 +14,25 @@
 #include <stdexcept>
 #include <string>
 
-namespace phxbench::gpu {
+namespace phxtools::gpu {
 namespace {
 
 void check(cudaError_t status, const std::string &what) {
+  if (status == cudaErrorNoDevice || status == cudaErrorInsufficientDriver ||
+      status == cudaErrorInvalidDevice) {
+    throw Unavailable(what + ": " + cudaGetErrorString(status));
+  }
   if (status != cudaSuccess) {
     throw std::runtime_error(what + ": " + cudaGetErrorName(status) + " (" +
                              cudaGetErrorString(status) + ")");
   }
 }
 
+// A negative device: the calling thread's current one.
 void use(int device) {
+  if (device < 0) {
+    return;
+  }
   check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
 }
 
@@ -58,15 +66,25 @@ Probe probe(int device) noexcept {
   return result;
 }
 
-DeviceBuffer::DeviceBuffer(int device, std::size_t bytes) : device_(device), size_(bytes) {
+DeviceBuffer::DeviceBuffer(int device, std::size_t bytes, MemoryKind kind)
+    : device_(device), kind_(kind), size_(bytes) {
   use(device);
-  check(cudaMalloc(&data_, bytes), "cudaMalloc(" + std::to_string(bytes) + ")");
+  if (kind == MemoryKind::device) {
+    check(cudaMalloc(&data_, bytes), "cudaMalloc(" + std::to_string(bytes) + ")");
+  } else {
+    check(cudaHostAlloc(&data_, bytes, cudaHostAllocPortable),
+          "cudaHostAlloc(" + std::to_string(bytes) + ")");
+  }
 }
 
 DeviceBuffer::~DeviceBuffer() {
   if (data_ != nullptr) {
     (void)cudaSetDevice(device_);
-    (void)cudaFree(data_);
+    if (kind_ == MemoryKind::device) {
+      (void)cudaFree(data_);
+    } else {
+      (void)cudaFreeHost(data_);
+    }
   }
 }
 
@@ -98,24 +116,25 @@ void Stream::synchronize() {
   check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }
 
-}  // namespace phxbench::gpu
+}  // namespace phxtools::gpu
 
 #else  // !PHX_WITH_CUDA
 
-namespace phxbench::gpu {
+namespace phxtools::gpu {
 namespace {
 
 [[noreturn]] void no_cuda() {
-  throw Unavailable("this phxbench was built without CUDA");
+  throw Unavailable("built without CUDA (PHX_WITH_CUDA=OFF)");
 }
 
 }  // namespace
 
 Probe probe(int /*device*/) noexcept {
-  return {false, "", "this phxbench was built without CUDA"};
+  return {false, "", "built without CUDA (PHX_WITH_CUDA=OFF)"};
 }
 
-DeviceBuffer::DeviceBuffer(int device, std::size_t bytes) : device_(device), size_(bytes) {
+DeviceBuffer::DeviceBuffer(int device, std::size_t bytes, MemoryKind kind)
+    : device_(device), kind_(kind), size_(bytes) {
   no_cuda();
 }
 // NOLINTNEXTLINE(performance-trivially-destructible): the CUDA build frees here
@@ -135,6 +154,6 @@ void Stream::synchronize() {
   no_cuda();
 }
 
-}  // namespace phxbench::gpu
+}  // namespace phxtools::gpu
 
 #endif  // PHX_WITH_CUDA

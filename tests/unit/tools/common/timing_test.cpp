@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: MIT
 // The per-step statistics phx-breakdown and phx-e2e report.
-#include "timing.hpp"
+#include "common/timing.hpp"
 
 #include <gtest/gtest.h>
 
 #include <stdexcept>
 #include <vector>
 
-namespace phxbench {
+namespace phxtools {
 namespace {
 
 TEST(Timing, SummaryKeepsTheFirstSampleAndOrdersTheRest) {
@@ -38,4 +38,4 @@ TEST(Timing, NoSamplesIsAnError) {
 }
 
 }  // namespace
-}  // namespace phxbench
+}  // namespace phxtools

@@ -2,18 +2,21 @@
 #include "engine_spec.hpp"
 
 #include <array>
+#include <cerrno>
 #include <cstring>
 #include <stdexcept>
 #include <system_error>
 
-namespace phxbench {
+#include "engine_names.hpp"
+
+namespace phxtools {
 namespace {
 
 constexpr std::array<EngineSpec, 4> kSpecs{{
-    {"phoenix", "direct", true},
-    {"compat", "compat", true},
-    {"gds", "cufile", true},
-    {"host", "host", false},
+    {"direct", phx::Engine::direct, true},
+    {"compat", phx::Engine::compat, true},
+    {"cufile", phx::Engine::cufile, true},
+    {"host", phx::Engine::host, false},
 }};
 
 }  // namespace
@@ -22,13 +25,26 @@ std::span<const EngineSpec> libphoenix_engines() noexcept {
   return kSpecs;
 }
 
-const EngineSpec *find_libphoenix_engine(std::string_view name) noexcept {
+const EngineSpec *find_libphoenix_engine(std::string_view name) {
+  const std::string canonical = canonical_engine(name);
   for (const EngineSpec &spec : kSpecs) {
-    if (name == spec.name) {
+    if (canonical == spec.name) {
       return &spec;
     }
   }
   return nullptr;
+}
+
+phx::Device open_device(int device, phx::Engine engine) {
+  try {
+    return phx::Device::open(device, engine);
+  } catch (const std::system_error &e) {
+    const int err = e.code().value();
+    if (err == ENODEV || err == ENOTSUP || err == EPROTO) {
+      throw Unavailable(std::string(phx::to_string(engine)) + " engine: " + e.what());
+    }
+    throw;
+  }
 }
 
 Memory::Memory(const EngineSpec &spec, int device, std::size_t bytes,
@@ -73,15 +89,9 @@ void Memory::copy_out(const phx::Registration *reg, std::size_t offset,
   }
 }
 
-std::optional<std::string> unavailable_reason(const EngineSpec &spec, int device,
-                                              phx::Engine *engine, bool needs_gpu) {
+std::optional<std::string> unavailable_reason(const EngineSpec &spec, int device, bool needs_gpu) {
   try {
-    *engine = phx::parse_engine(spec.library_engine);
-  } catch (const std::system_error &) {
-    return std::string("not in this libphoenix");
-  }
-  try {
-    const phx::Device dev = phx::Device::open(device, *engine);
+    const phx::Device dev = phx::Device::open(device, spec.engine);
   } catch (const std::system_error &e) {
     return std::string(e.what());
   }
@@ -94,4 +104,4 @@ std::optional<std::string> unavailable_reason(const EngineSpec &spec, int device
   return std::nullopt;
 }
 
-}  // namespace phxbench
+}  // namespace phxtools

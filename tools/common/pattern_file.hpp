@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: MIT
 // Files holding the verification pattern (pattern.hpp), written by phxbench
 // --create and by phx-breakdown and phx-e2e for their scratch files.
-#ifndef PHXBENCH_PATTERN_FILE_HPP
-#define PHXBENCH_PATTERN_FILE_HPP
+#ifndef PHX_TOOLS_PATTERN_FILE_HPP
+#define PHX_TOOLS_PATTERN_FILE_HPP
 
 #include <cstdint>
 #include <string>
 
-namespace phxbench {
+namespace phxtools {
 
 /// Writes the pattern over [0, length) of @p path and syncs it, creating a
 /// regular file if needed and cutting an existing one to @p length (a block
@@ -15,6 +15,6 @@ namespace phxbench {
 /// offset.
 void create_pattern_file(const std::string &path, std::uint64_t length);
 
-}  // namespace phxbench
+}  // namespace phxtools
 
-#endif  // PHXBENCH_PATTERN_FILE_HPP
+#endif  // PHX_TOOLS_PATTERN_FILE_HPP

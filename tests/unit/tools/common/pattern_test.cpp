@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: MIT
 // The verification pattern: position-dependent, so data from the wrong
 // offset fails, and the fast word path agrees with the byte definition.
-#include "pattern.hpp"
+#include "common/pattern.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <vector>
 
-namespace phxbench {
+namespace phxtools {
 namespace {
 
 TEST(Pattern, FillMatchesBytewiseDefinitionAtAnyAlignment) {
@@ -47,4 +47,4 @@ TEST(Pattern, DataFromAnotherOffsetFails) {
 }
 
 }  // namespace
-}  // namespace phxbench
+}  // namespace phxtools

@@ -6,7 +6,7 @@
 #include <numeric>
 #include <stdexcept>
 
-namespace phxbench {
+namespace phxtools {
 
 SampleSummary summarize(std::vector<double> samples) {
   if (samples.empty()) {
@@ -25,4 +25,4 @@ SampleSummary summarize(std::vector<double> samples) {
   return s;
 }
 
-}  // namespace phxbench
+}  // namespace phxtools

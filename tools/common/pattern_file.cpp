@@ -12,43 +12,30 @@
 #include <system_error>
 #include <vector>
 
+#include "fd.hpp"
 #include "pattern.hpp"
-#include "unique_fd.hpp"
 
-namespace phxbench {
+namespace phxtools {
 
 void create_pattern_file(const std::string &path, std::uint64_t length) {
-  const UniqueFd file(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-  const int fd = file.get();
-  if (fd < 0) {
-    throw std::system_error(errno, std::system_category(), "pattern file: open " + path);
-  }
+  const UniqueFd file = open_fd(path, O_RDWR | O_CREAT);
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
+  if (::fstat(file.get(), &st) != 0) {
     throw std::system_error(errno, std::system_category(), "pattern file: stat " + path);
   }
-  if (S_ISREG(st.st_mode) && ::ftruncate(fd, static_cast<off_t>(length)) != 0) {
+  if (S_ISREG(st.st_mode) && ::ftruncate(file.get(), static_cast<off_t>(length)) != 0) {
     throw std::system_error(errno, std::system_category(), "pattern file: truncate " + path);
   }
   constexpr std::size_t kChunk = std::size_t{8} << 20;
   std::vector<std::byte> chunk(kChunk);
-  for (std::uint64_t offset = 0; offset < length;) {
+  for (std::uint64_t offset = 0; offset < length; offset += kChunk) {
     const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, length - offset));
     fill_pattern(std::span(chunk).first(n), offset);
-    const ssize_t done = ::pwrite(fd, chunk.data(), n, static_cast<off_t>(offset));
-    if (done < 0 && errno == EINTR) {
-      continue;
-    }
-    if (done <= 0) {
-      throw std::system_error(
-          done < 0 ? errno : EIO, std::system_category(),
-          "pattern file: write " + path + " at offset " + std::to_string(offset));
-    }
-    offset += static_cast<std::uint64_t>(done);
+    pwrite_all(file.get(), std::span(chunk).first(n), offset, "pattern file " + path);
   }
-  if (::fsync(fd) != 0) {
+  if (::fsync(file.get()) != 0) {
     throw std::system_error(errno, std::system_category(), "pattern file: fsync " + path);
   }
 }
 
-}  // namespace phxbench
+}  // namespace phxtools

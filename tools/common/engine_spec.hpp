@@ -1,10 +1,8 @@
 // SPDX-License-Identifier: MIT
-// The engines phx-breakdown and phx-e2e drive through libphoenix's C++ API
-// step by step (device, file and buffer setup timed one by one), rather
-// than through phxbench's Engine interface, which hides those steps: their
-// names, the memory each registers, and whether one can run here.
-#ifndef PHXBENCH_ENGINE_SPEC_HPP
-#define PHXBENCH_ENGINE_SPEC_HPP
+// The libphoenix engines the tools drive: their names, the memory each
+// registers, opening a device with one, and whether one can run here.
+#ifndef PHX_TOOLS_ENGINE_SPEC_HPP
+#define PHX_TOOLS_ENGINE_SPEC_HPP
 
 #include <cstddef>
 #include <cstdint>
@@ -17,18 +15,25 @@
 #include "gpu.hpp"
 #include "host_buffer.hpp"
 #include "phoenix/phoenix.hpp"
+#include "unavailable.hpp"
 
-namespace phxbench {
+namespace phxtools {
 
 struct EngineSpec {
-  const char *name;            ///< phxbench's name
-  const char *library_engine;  ///< phx::parse_engine's
-  bool gpu_memory;             ///< registers GPU memory (else host memory)
+  const char *name;    ///< phx::to_string(engine)
+  phx::Engine engine;  ///< libphoenix's engine
+  bool gpu_memory;     ///< registers GPU memory (else host memory)
 };
 
-/// phoenix (direct), compat, gds (cufile) and host, in that order.
+/// direct, compat, cufile and host, in that order.
 [[nodiscard]] std::span<const EngineSpec> libphoenix_engines() noexcept;
-[[nodiscard]] const EngineSpec *find_libphoenix_engine(std::string_view name) noexcept;
+/// The engine @p name names, old spellings included (engine_names.hpp).
+[[nodiscard]] const EngineSpec *find_libphoenix_engine(std::string_view name);
+
+/// phx::Device::open(@p device, @p engine), throwing Unavailable (naming
+/// the engine) where the module, the engine or the GPU is missing here
+/// (ENODEV, ENOTSUP, EPROTO), any other error as it is.
+[[nodiscard]] phx::Device open_device(int device, phx::Engine engine);
 
 /// Memory of the kind an engine registers: GPU memory from cudaMalloc,
 /// page-aligned host memory, or, with @p device_addr, device addresses
@@ -56,14 +61,12 @@ class Memory {
   void *data_ = nullptr;
 };
 
-/// Why @p spec cannot run here (libphoenix lacks the engine, the device
-/// does not open, or GPU memory is needed and no GPU is usable), or
-/// nothing; *@p engine receives libphoenix's engine.  @p needs_gpu false
-/// skips the GPU check (memory given by --device-addr).
+/// Why @p spec cannot run here (the device does not open, or GPU memory is
+/// needed and no GPU is usable), or nothing.  @p needs_gpu false skips the
+/// GPU check (memory given by --device-addr).
 [[nodiscard]] std::optional<std::string> unavailable_reason(const EngineSpec &spec, int device,
-                                                            phx::Engine *engine,
                                                             bool needs_gpu = true);
 
-}  // namespace phxbench
+}  // namespace phxtools
 
-#endif  // PHXBENCH_ENGINE_SPEC_HPP
+#endif  // PHX_TOOLS_ENGINE_SPEC_HPP

@@ -4,14 +4,14 @@
 // per step.  Sample counts are bounded by a --repeat or --loops flag, so
 // the samples are kept and sorted (phxbench's open-ended runs use
 // histogram.hpp instead).
-#ifndef PHXBENCH_TIMING_HPP
-#define PHXBENCH_TIMING_HPP
+#ifndef PHX_TOOLS_TIMING_HPP
+#define PHX_TOOLS_TIMING_HPP
 
 #include <chrono>
 #include <cstddef>
 #include <vector>
 
-namespace phxbench {
+namespace phxtools {
 
 using Clock = std::chrono::steady_clock;
 
@@ -36,6 +36,6 @@ struct SampleSummary {
 /// Throws std::invalid_argument when @p samples is empty.
 [[nodiscard]] SampleSummary summarize(std::vector<double> samples);
 
-}  // namespace phxbench
+}  // namespace phxtools
 
-#endif  // PHXBENCH_TIMING_HPP
+#endif  // PHX_TOOLS_TIMING_HPP

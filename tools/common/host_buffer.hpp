@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Page-aligned, pre-faulted host memory (O_DIRECT needs the alignment; the
 // pre-fault keeps first-touch page faults out of the measured loop).
-#ifndef PHXBENCH_HOST_BUFFER_HPP
-#define PHXBENCH_HOST_BUFFER_HPP
+#ifndef PHX_TOOLS_HOST_BUFFER_HPP
+#define PHX_TOOLS_HOST_BUFFER_HPP
 
 #include <cstddef>
 #include <cstdlib>
@@ -11,7 +11,7 @@
 #include <new>
 #include <span>
 
-namespace phxbench {
+namespace phxtools {
 
 class HostBuffer {
  public:
@@ -41,6 +41,6 @@ class HostBuffer {
   std::unique_ptr<std::byte, Free> data_;
 };
 
-}  // namespace phxbench
+}  // namespace phxtools
 
-#endif  // PHXBENCH_HOST_BUFFER_HPP
+#endif  // PHX_TOOLS_HOST_BUFFER_HPP
