@@ -67,7 +67,7 @@ class Context:
                  mode: str = "local", tool_dir: str | None = None,
                  replay: list[dict] | None = None, machine: dict | None = None,
                  engine_args: dict[str, list[str]] | None = None, verbose: bool = False,
-                 point_seconds: float | None = None):
+                 point_seconds: float | None = None, options: dict | None = None):
         self.build = build
         self.out = out
         self.scratch = scratch
@@ -77,6 +77,8 @@ class Context:
         self.mode = mode
         self.verbose = verbose
         self.point_seconds = point_seconds
+        # Settings of one experiment's own (--peers, --files...), by name.
+        self.options = dict(options or {})
         self.machine_info = machine if machine is not None else _machine_summary()
         self._label = label
         self._tool_dir = tool_dir

@@ -1,0 +1,349 @@
+# SPDX-License-Identifier: MIT
+"""One job in a fresh process: python -m phxrepro.peers.worker JOB_JSON.
+
+Prints one JSON record per row on stdout (anything the loaders print goes
+to stderr).  A "load" job: the CUDA context is created first
+(torch.cuda.init() and a one-byte allocation), the loader's module
+imported and the reference (safetensors' load onto the host) read, all
+before the clock; then
+
+  fresh   the user's call from a fresh object, timed (device synchronised
+          before the clock stops), its result compared and dropped;
+  steady  the same object's next STEADY_CALLS loads, each timed, the last
+          compared; the row's seconds are their median.
+
+Cold jobs evict the files before every timed call; warm jobs read them
+once before the first.  A loader that cannot run is a record with status
+"unavailable" and the reason; an exception in a call is status "error";
+a load that differs from the reference is status "failed"."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+import traceback
+
+from . import pagecache, verify
+from .loaders import LOADERS
+
+BASE_DISTS = ("torch", "safetensors", "numpy")
+
+
+def versions(dists) -> dict:
+    out = {}
+    for d in (*BASE_DISTS, *dists):
+        try:
+            out[d] = importlib.metadata.version(d)
+        except importlib.metadata.PackageNotFoundError:
+            out[d] = None
+    return out
+
+
+def file_bytes(files) -> int:
+    return sum(os.path.getsize(f) for f in files)
+
+
+class Cuda:
+    """The process's CUDA context, made before any timing, or why not."""
+
+    def __init__(self, device: str):
+        self.torch = None
+        self.available = False
+        self.reason = ""
+        self.init_seconds = None
+        try:
+            import torch
+        except ImportError as exc:
+            self.reason = f"torch is not importable ({exc})"
+            return
+        self.torch = torch
+        if not device.startswith("cuda"):
+            self.reason = f"device {device}"
+            return
+        if not torch.cuda.is_available():
+            self.reason = "no CUDA device (torch.cuda.is_available() is False)"
+            return
+        start = time.perf_counter()
+        torch.cuda.init()
+        torch.empty(1, dtype=torch.uint8, device=device)
+        torch.cuda.synchronize()
+        self.init_seconds = time.perf_counter() - start
+        self.available = True
+
+    def sync(self) -> None:
+        if self.available:
+            self.torch.cuda.synchronize()
+
+    def empty_cache(self) -> None:
+        if self.available:
+            self.torch.cuda.empty_cache()
+
+
+def framework_for(device: str, cuda: Cuda) -> str:
+    return "numpy" if cuda.torch is None and device == "cpu" else "torch"
+
+
+def reference(files, framework: str) -> dict:
+    """safetensors' own load of @files onto the host."""
+    if framework == "numpy":
+        from safetensors.numpy import load_file
+
+        loads = [load_file(f) for f in files]
+    else:
+        from safetensors.torch import load_file
+
+        loads = [load_file(f, device="cpu") for f in files]
+    out = {}
+    for part in loads:
+        out.update(part)
+    return out
+
+
+def check(peer, result, files, ref, ref_error: str) -> tuple[bool, str]:
+    if peer.kind == "tensor":
+        if ref is None:
+            return False, f"no reference to compare with: {ref_error}"
+        return verify.compare_tensors(result, ref)
+    return verify.compare_bytes(result.read, files)
+
+
+def run_load(job: dict, emit) -> None:
+    name, files, cache = job["loader"], job["files"], job["cache"]
+    device = job.get("device", "cuda:0")
+    cls = LOADERS[name]
+    base = {"kind": "load", "method": name, "loader_kind": cls.kind, "cache": cache,
+            "round": job.get("round", 0), "slot": job.get("slot", 0),
+            "fileset": job.get("fileset", ""), "files": len(files),
+            "bytes": file_bytes(files), "device": device, "pid": os.getpid(),
+            "versions": versions(cls.dists)}
+    steady_calls = int(job.get("steady_calls", 2))
+
+    def fail_all(status: str, reason: str) -> None:
+        emit({**base, "call": "fresh", "status": status, "error": reason})
+        if steady_calls:
+            emit({**base, "call": "steady", "status": status, "error": reason})
+
+    cuda = Cuda(device)
+    base["cuda_init_seconds"] = cuda.init_seconds
+    if device.startswith("cuda") and not cuda.available and cls.kind != "ceiling":
+        return fail_all("unavailable", cuda.reason)
+    if device == "cpu" and cls.needs_cuda:
+        return fail_all("unavailable", f"{name} loads onto a CUDA device only")
+    framework = framework_for(device, cuda)
+    options = {**job.get("options", {}), "framework": framework}
+    peer = cls(files, device, options)
+    start = time.perf_counter()
+    try:
+        peer.load_module()
+    except Exception as exc:  # noqa: BLE001 - an import that fails is a result
+        return fail_all("unavailable", f"import: {type(exc).__name__}: {exc}"[:600])
+    base["import_seconds"] = time.perf_counter() - start
+    base["framework"] = framework
+    try:
+        base.update(peer.setup())
+    except Exception as exc:  # noqa: BLE001
+        return fail_all("error", f"setup: {type(exc).__name__}: {exc}"[:600])
+
+    ref, ref_error = None, ""
+    if peer.kind == "tensor" and job.get("verify", True):
+        try:
+            ref = reference(files, framework)
+        except Exception as exc:  # noqa: BLE001
+            ref_error = f"{type(exc).__name__}: {exc}"[:300]
+    if cache == "warm":
+        pagecache.prime(files)
+        base["resident_before"] = pagecache.resident_fraction(files)
+
+    def timed(call):
+        state = pagecache.evict(files, drop_caches=job.get("drop_caches", True)) \
+            if cache == "cold" else {}
+        start = time.perf_counter()
+        result = call()
+        cuda.sync()
+        return result, time.perf_counter() - start, state
+
+    def row(call: str, seconds: float, result, evictions: list, **more) -> dict:
+        rec = {**base, "call": call, "seconds": seconds, "gbps": base["bytes"] / seconds / 1e9,
+               "steady_how": peer.steady_how if call == "steady" else "fresh object",
+               **more}
+        if evictions:
+            rec["evicted_by"] = evictions[0]["evicted_by"]
+            rec["resident_after_evict"] = [e["resident_after_evict"] for e in evictions]
+        try:
+            rec.update(peer.extra())
+        except Exception as exc:  # noqa: BLE001
+            rec["extra_error"] = str(exc)[:200]
+        if job.get("verify", True):
+            ok, detail = check(peer, result, files, ref, ref_error)
+            rec["verified"] = ok
+            if detail:
+                rec["verify_detail"] = detail
+            rec["status"] = "ok" if ok else "failed"
+        else:
+            rec["verified"] = None
+            rec["status"] = "ok"
+        return rec
+
+    result = None
+    try:
+        result, seconds, state = timed(peer.fresh)
+        emit(row("fresh", seconds, result, [state] if state else []))
+    except Exception as exc:  # noqa: BLE001
+        emit({**base, "call": "fresh", "status": "error",
+              "error": f"{type(exc).__name__}: {exc}"[:600],
+              "traceback": traceback.format_exc()[-1500:]})
+        if steady_calls:
+            emit({**base, "call": "steady", "status": "error",
+                  "error": "the fresh call failed; no object to reuse"})
+        peer.close()
+        return
+    cuda.empty_cache()  # the comparison's temporaries, not the result's memory
+    peer.release(result)
+    result = None
+    if steady_calls:
+        try:
+            times, states = [], []
+            for i in range(steady_calls):
+                if result is not None:
+                    peer.release(result)
+                    result = None
+                result, seconds, state = timed(peer.again)
+                times.append(seconds)
+                if state:
+                    states.append(state)
+            emit(row("steady", statistics.median(times), result, states, calls_seconds=times))
+        except Exception as exc:  # noqa: BLE001
+            emit({**base, "call": "steady", "status": "error",
+                  "error": f"{type(exc).__name__}: {exc}"[:600],
+                  "traceback": traceback.format_exc()[-1500:]})
+        if result is not None:
+            peer.release(result)
+    peer.close()
+
+
+def run_concurrent(job: dict, emit) -> None:
+    """N loads of the one-line call in one fresh process: one after another
+    ("sequential") or from N threads released together ("threads")."""
+    name, files, n, how = job["loader"], job["files"], int(job["n"]), job["how"]
+    device = job.get("device", "cuda:0")
+    cls = LOADERS[name]
+    base = {"kind": "concurrent", "method": name, "how": how, "n": n, "files": len(files),
+            "bytes_each": file_bytes(files), "device": device, "cache": "warm",
+            "versions": versions(cls.dists), "fileset": job.get("fileset", "")}
+    cuda = Cuda(device)
+    if device.startswith("cuda") and not cuda.available:
+        return emit({**base, "status": "unavailable", "error": cuda.reason})
+    if device == "cpu" and cls.needs_cuda:
+        return emit({**base, "status": "unavailable", "error": f"{name} loads onto CUDA only"})
+    framework = framework_for(device, cuda)
+    peers = [cls(files, device, {"framework": framework}) for _ in range(n)]
+    try:
+        for p in peers:
+            p.load_module()
+    except Exception as exc:  # noqa: BLE001
+        return emit({**base, "status": "unavailable", "error": f"import: {exc}"[:600]})
+    ref = reference(files, framework)
+    pagecache.prime(files)
+    results: list = [None] * n
+    spans: list = [None] * n
+    errors: list = []
+
+    def one(i: int, gate: threading.Barrier | None) -> None:
+        if gate is not None:
+            gate.wait()
+        start = time.perf_counter()
+        try:
+            results[i] = peers[i].fresh()
+            cuda.sync()
+        except Exception as exc:  # noqa: BLE001
+            errors.append(f"load {i}: {type(exc).__name__}: {exc}"[:300])
+        spans[i] = (start, time.perf_counter())
+
+    start = time.perf_counter()
+    if how == "threads":
+        gate = threading.Barrier(n + 1)
+        threads = [threading.Thread(target=one, args=(i, gate)) for i in range(n)]
+        for t in threads:
+            t.start()
+        gate.wait()
+        start = time.perf_counter()
+        for t in threads:
+            t.join()
+    else:
+        for i in range(n):
+            one(i, None)
+    wall = time.perf_counter() - start
+    checks = [verify.compare_tensors(r, ref) if r is not None else (False, "no result")
+              for r in results]
+    bad = [f"load {i}: {d}" for i, (ok, d) in enumerate(checks) if not ok]
+    rec = {**base, "wall_seconds": wall,
+           "load_seconds": [None if s is None else s[1] - s[0] for s in spans],
+           "aggregate_gbps": n * base["bytes_each"] / wall / 1e9,
+           "verified": not bad and not errors, "cuda_init_seconds": cuda.init_seconds}
+    if errors:
+        rec.update(status="error", error="; ".join(errors)[:600])
+    elif bad:
+        rec.update(status="failed", verify_detail="; ".join(bad)[:600])
+    else:
+        rec["status"] = "ok"
+    emit(rec)
+
+
+def run_member(job: dict, emit) -> None:
+    """One of N processes loading at once: gets ready (CUDA, import,
+    reference), says so, loads when told "go", reports its span on the
+    monotonic clock (shared by the machine's processes), verifies."""
+    name, files = job["loader"], job["files"]
+    device = job.get("device", "cuda:0")
+    cls = LOADERS[name]
+    cuda = Cuda(device)
+    if device.startswith("cuda") and not cuda.available:
+        emit({"ready": False, "status": "unavailable", "error": cuda.reason})
+        return
+    framework = framework_for(device, cuda)
+    peer = cls(files, device, {"framework": framework})
+    try:
+        peer.load_module()
+    except Exception as exc:  # noqa: BLE001
+        emit({"ready": False, "status": "unavailable", "error": f"import: {exc}"[:600]})
+        return
+    emit({"ready": True})
+    if sys.stdin.readline().strip() != "go":
+        return
+    start = time.monotonic()
+    try:
+        result = peer.fresh()
+        cuda.sync()
+        end = time.monotonic()
+    except Exception as exc:  # noqa: BLE001
+        emit({"status": "error", "error": f"{type(exc).__name__}: {exc}"[:600],
+              "start": start, "end": time.monotonic()})
+        return
+    ok, detail = verify.compare_tensors(result, reference(files, framework))
+    emit({"status": "ok" if ok else "failed", "verified": ok, "verify_detail": detail,
+          "start": start, "end": end, "pid": os.getpid()})
+
+
+def main() -> int:
+    job = json.loads(sys.argv[1])
+    # Records own stdout; whatever the loaders print goes to stderr.
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def emit(rec: dict) -> None:
+        out.write(json.dumps(rec, default=str) + "\n")
+        out.flush()
+
+    mode = job.get("mode", "load")
+    {"load": run_load, "concurrent": run_concurrent, "member": run_member}[mode](job, emit)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
