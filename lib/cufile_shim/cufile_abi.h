@@ -249,14 +249,12 @@ CUFILE_SHIM_API ssize_t cuFileWrite(CUfileHandle_t fh, const void *bufPtr_base, 
                                     off_t file_offset, off_t bufPtr_offset);
 
 /* Stream-ordered I/O. */
-CUFILE_SHIM_API CUfileError_t cuFileReadAsync(CUfileHandle_t fh, void *bufPtr_base,
-                                              size_t *size_p, off_t *file_offset_p,
-                                              off_t *bufPtr_offset_p, ssize_t *bytes_read_p,
-                                              CUstream stream);
-CUFILE_SHIM_API CUfileError_t cuFileWriteAsync(CUfileHandle_t fh, void *bufPtr_base,
-                                               size_t *size_p, off_t *file_offset_p,
-                                               off_t *bufPtr_offset_p, ssize_t *bytes_written_p,
-                                               CUstream stream);
+CUFILE_SHIM_API CUfileError_t cuFileReadAsync(CUfileHandle_t fh, void *bufPtr_base, size_t *size_p,
+                                              off_t *file_offset_p, off_t *bufPtr_offset_p,
+                                              ssize_t *bytes_read_p, CUstream stream);
+CUFILE_SHIM_API CUfileError_t cuFileWriteAsync(CUfileHandle_t fh, void *bufPtr_base, size_t *size_p,
+                                               off_t *file_offset_p, off_t *bufPtr_offset_p,
+                                               ssize_t *bytes_written_p, CUstream stream);
 CUFILE_SHIM_API CUfileError_t cuFileStreamRegister(CUstream stream, unsigned flags);
 CUFILE_SHIM_API CUfileError_t cuFileStreamDeregister(CUstream stream);
 
@@ -264,9 +262,8 @@ CUFILE_SHIM_API CUfileError_t cuFileStreamDeregister(CUstream stream);
 CUFILE_SHIM_API CUfileError_t cuFileBatchIOSetUp(CUfileBatchHandle_t *batch_idp, unsigned nr);
 CUFILE_SHIM_API CUfileError_t cuFileBatchIOSubmit(CUfileBatchHandle_t batch_idp, unsigned nr,
                                                   CUfileIOParams_t *iocbp, unsigned flags);
-CUFILE_SHIM_API CUfileError_t cuFileBatchIOGetStatus(CUfileBatchHandle_t batch_idp,
-                                                     unsigned min_nr, unsigned *nr,
-                                                     CUfileIOEvents_t *iocbp,
+CUFILE_SHIM_API CUfileError_t cuFileBatchIOGetStatus(CUfileBatchHandle_t batch_idp, unsigned min_nr,
+                                                     unsigned *nr, CUfileIOEvents_t *iocbp,
                                                      struct timespec *timeout);
 CUFILE_SHIM_API CUfileError_t cuFileBatchIOCancel(CUfileBatchHandle_t batch_idp);
 CUFILE_SHIM_API void cuFileBatchIODestroy(CUfileBatchHandle_t batch_idp);
@@ -293,8 +290,7 @@ CUFILE_ABI_ASSERT(offsetof(CUfileDrvProps_t, max_batch_io_timeout_msecs) == 52,
 CUFILE_ABI_ASSERT(sizeof(CUfileIOParams_t) == 64, "CUfileIOParams_t");
 CUFILE_ABI_ASSERT(offsetof(CUfileIOParams_t, u.batch.devPtr_base) == 8, "u.batch.devPtr_base");
 CUFILE_ABI_ASSERT(offsetof(CUfileIOParams_t, u.batch.file_offset) == 16, "u.batch.file_offset");
-CUFILE_ABI_ASSERT(offsetof(CUfileIOParams_t, u.batch.devPtr_offset) == 24,
-                  "u.batch.devPtr_offset");
+CUFILE_ABI_ASSERT(offsetof(CUfileIOParams_t, u.batch.devPtr_offset) == 24, "u.batch.devPtr_offset");
 CUFILE_ABI_ASSERT(offsetof(CUfileIOParams_t, u.batch.size) == 32, "u.batch.size");
 CUFILE_ABI_ASSERT(offsetof(CUfileIOParams_t, fh) == 40, "CUfileIOParams_t.fh");
 CUFILE_ABI_ASSERT(offsetof(CUfileIOParams_t, opcode) == 48, "CUfileIOParams_t.opcode");
