@@ -5,11 +5,14 @@
  * driver: device memory is checked byte for byte through the driver's own
  * copies.  Exits 0 on success, 1 on a failure, 77 to skip.
  *
- * Fake GPUs: CUDA ordinal 1 is Phoenix device 0 and ordinal 0 is device 1
- * (their PCI order is reversed), so buffers on both exercise the shim's
- * pointer-to-device mapping.
+ * The same program runs on a GPU (scripts/gpu-check): without
+ * PHX_CUDA_DRIVER it loads libcuda.so.1.  Fake GPUs: CUDA ordinal 1 is
+ * Phoenix device 0 and ordinal 0 is device 1 (their PCI order is
+ * reversed), so buffers on both exercise the shim's pointer-to-device
+ * mapping.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -21,19 +24,36 @@
 
 #include "cufile_shim/cufile_abi.h"
 
-/* The CUDA driver entry points the test uses (the fake exports them). */
+/* The CUDA driver entry points the test uses, from the driver libphoenix
+ * loads: PHX_CUDA_DRIVER (the fake, in CI) or libcuda.so.1 (a GPU). */
 typedef unsigned long long CUdeviceptr;
 struct CUctx_st;
-int cuInit(unsigned flags);
-int cuDevicePrimaryCtxRetain(struct CUctx_st **context, int device);
-int cuCtxPushCurrent_v2(struct CUctx_st *context);
-int cuMemAlloc_v2(CUdeviceptr *pointer, size_t size);
-int cuMemFree_v2(CUdeviceptr pointer);
-int cuMemcpyHtoD_v2(CUdeviceptr to, const void *from, size_t size);
-int cuMemcpyDtoH_v2(void *to, CUdeviceptr from, size_t size);
-int cuStreamCreate(struct CUstream_st **stream, unsigned flags);
-int cuStreamSynchronize(struct CUstream_st *stream);
-int cuStreamDestroy_v2(struct CUstream_st *stream);
+static int (*cuInit)(unsigned flags);
+static int (*cuDeviceGetCount)(int *count);
+static int (*cuDevicePrimaryCtxRetain)(struct CUctx_st **context, int device);
+static int (*cuCtxPushCurrent_v2)(struct CUctx_st *context);
+static int (*cuMemAlloc_v2)(CUdeviceptr *pointer, size_t size);
+static int (*cuMemFree_v2)(CUdeviceptr pointer);
+static int (*cuMemcpyHtoD_v2)(CUdeviceptr to, const void *from, size_t size);
+static int (*cuMemcpyDtoH_v2)(void *to, CUdeviceptr from, size_t size);
+static int (*cuStreamCreate)(struct CUstream_st **stream, unsigned flags);
+static int (*cuStreamSynchronize)(struct CUstream_st *stream);
+static int (*cuStreamDestroy_v2)(struct CUstream_st *stream);
+
+static int load_driver(void) {
+  const char *name = getenv("PHX_CUDA_DRIVER");
+  void *lib = dlopen(name != NULL ? name : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL) {
+    return 0;
+  }
+  /* POSIX's way to take a function from dlsym in ISO C. */
+#define LOAD(fn) (*(void **)&(fn) = dlsym(lib, #fn)) != NULL
+  return LOAD(cuInit) && LOAD(cuDeviceGetCount) && LOAD(cuDevicePrimaryCtxRetain) &&
+         LOAD(cuCtxPushCurrent_v2) && LOAD(cuMemAlloc_v2) && LOAD(cuMemFree_v2) &&
+         LOAD(cuMemcpyHtoD_v2) && LOAD(cuMemcpyDtoH_v2) && LOAD(cuStreamCreate) &&
+         LOAD(cuStreamSynchronize) && LOAD(cuStreamDestroy_v2);
+#undef LOAD
+}
 
 const char *phx_cufile_last_error(void);
 
@@ -106,8 +126,9 @@ static void *read_thread(void *arg) {
 }
 
 int main(void) {
-  if (cuInit(0) != 0) {
-    fprintf(stderr, "SKIP: no (fake) CUDA driver\n");
+  int gpus = 0;
+  if (!load_driver() || cuInit(0) != 0 || cuDeviceGetCount(&gpus) != 0 || gpus < 1) {
+    fprintf(stderr, "SKIP: no CUDA driver or no GPU\n");
     return 77;
   }
   const char *tmp = getenv("TMPDIR");
@@ -164,8 +185,9 @@ int main(void) {
   descr.handle.fd = fd;
   CHECK_STATUS(cuFileHandleRegister(&fh, &descr), CU_FILE_SUCCESS);
 
-  /* Buffers: A on Phoenix device 0 (ordinal 1), B on device 1 (ordinal 0). */
-  void *a = dev_alloc(1, kBuf);
+  /* Buffers: with two GPUs, A on ordinal 1 and B on ordinal 0 (on the fake
+   * driver: Phoenix devices 0 and 1). */
+  void *a = dev_alloc(gpus > 1 ? 1 : 0, kBuf);
   void *b = dev_alloc(0, kBuf);
   CHECK(a != NULL && b != NULL, "cuMemAlloc failed");
   if (a == NULL || b == NULL) {
