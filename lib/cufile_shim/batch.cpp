@@ -38,19 +38,25 @@ class WorkerPool {
   void post(std::function<void()> job) {
     {
       const std::lock_guard lock(mutex_);
-      if (threads_ == 0) {
-        for (unsigned i = 0; i < settings().batch_threads; ++i) {
-          std::thread([this] { run(); }).detach();
-          ++threads_;
-        }
-      }
       jobs_.push_back(std::move(job));
     }
     cv_.notify_one();
   }
 
  private:
-  WorkerPool() = default;
+  WorkerPool() {
+    unsigned started = 0;
+    try {
+      for (; started < settings().batch_threads; ++started) {
+        std::thread([this] { run(); }).detach();
+      }
+    } catch (...) {
+      if (started == 0) {
+        throw;  // nothing refers to this object yet
+      }
+      // Running threads refer to this object: keep it, with fewer threads.
+    }
+  }
   [[noreturn]] void run() {
     for (;;) {
       std::function<void()> job;
@@ -66,7 +72,6 @@ class WorkerPool {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> jobs_;
-  unsigned threads_ = 0;
 };
 
 class Batch : public std::enable_shared_from_this<Batch> {
@@ -102,10 +107,20 @@ class Batch : public std::enable_shared_from_this<Batch> {
       running_ += nr;
       generation = generation_;
     }
-    for (unsigned i = 0; i < nr; ++i) {
-      WorkerPool::get().post([self = shared_from_this(), p = params[i], generation]() noexcept {
-        self->run(p, generation);
-      });
+    unsigned posted = 0;
+    try {
+      WorkerPool &pool = WorkerPool::get();
+      for (; posted < nr; ++posted) {
+        pool.post([self = shared_from_this(), p = params[posted], generation]() noexcept {
+          self->run(p, generation);
+        });
+      }
+    } catch (...) {
+      // Entries never posted are not outstanding.
+      const std::lock_guard lock(mutex_);
+      outstanding_ -= nr - posted;
+      running_ -= nr - posted;
+      throw;
     }
   }
 

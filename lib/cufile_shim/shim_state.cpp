@@ -55,13 +55,18 @@ Shim &Shim::get() {
 void Shim::open() {
   const std::lock_guard lock(driver_mutex_);
   ++opens_;
+  active_.store(true, std::memory_order_release);
 }
 
 void Shim::ensure_open() {
+  if (active_.load(std::memory_order_acquire)) {
+    return;
+  }
   const std::lock_guard lock(driver_mutex_);
   if (opens_ == 0) {
     implicit_ = true;
   }
+  active_.store(true, std::memory_order_release);
 }
 
 CUfileOpError Shim::close() {
@@ -76,6 +81,7 @@ CUfileOpError Shim::close() {
       return CU_FILE_SUCCESS;
     }
     implicit_ = false;
+    active_.store(false, std::memory_order_release);
     devices.swap(devices_);
   }
   {

@@ -6,6 +6,7 @@
 #ifndef PHOENIX_CUFILE_SHIM_SHIM_STATE_HPP
 #define PHOENIX_CUFILE_SHIM_SHIM_STATE_HPP
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -94,6 +95,7 @@ class Shim {
   mutable std::mutex driver_mutex_;
   long opens_ = 0;
   bool implicit_ = false;
+  std::atomic<bool> active_{false};                      // opens_ > 0 || implicit_: no lock per I/O
   std::map<int, std::shared_ptr<phx::Device>> devices_;  // under driver_mutex_
 
   mutable std::shared_mutex handles_mutex_;
