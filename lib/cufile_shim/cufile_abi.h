@@ -51,8 +51,17 @@ typedef int CUresult;
 
 #define CUFILEOP_BASE_ERR 5000
 
+/* Callers may pass any int where an enum is declared: in C++ the enums get
+ * int as their fixed underlying type, so every value is a valid one to read
+ * (and refuse).  Same size and alignment as C's int-sized enums. */
+#ifdef __cplusplus
+#define CUFILE_ENUM_INT : int
+#else
+#define CUFILE_ENUM_INT
+#endif
+
 /* CUfileOpError: 0, or 5000 + n.  The I/O calls return its negation. */
-typedef enum CUfileOpError {
+typedef enum CUfileOpError CUFILE_ENUM_INT {
   CU_FILE_SUCCESS = 0,
   CU_FILE_DRIVER_NOT_INITIALIZED = 5001,
   CU_FILE_DRIVER_INVALID_PROPS = 5002,
@@ -99,7 +108,7 @@ typedef struct CUfileError {
 } CUfileError_t;
 
 /* Bit numbers in CUfileDrvProps_t.nvfs.dstatusflags. */
-typedef enum CUfileDriverStatusFlags {
+typedef enum CUfileDriverStatusFlags CUFILE_ENUM_INT {
   CU_FILE_LUSTRE_SUPPORTED = 0,
   CU_FILE_WEKAFS_SUPPORTED = 1,
   CU_FILE_NFS_SUPPORTED = 2,
@@ -114,13 +123,13 @@ typedef enum CUfileDriverStatusFlags {
 } CUfileDriverStatusFlags_t;
 
 /* Bit numbers in CUfileDrvProps_t.nvfs.dcontrolflags. */
-typedef enum CUfileDriverControlFlags {
+typedef enum CUfileDriverControlFlags CUFILE_ENUM_INT {
   CU_FILE_USE_POLL_MODE = 0,
   CU_FILE_ALLOW_COMPAT_MODE = 1
 } CUfileDriverControlFlags_t;
 
 /* Bit numbers in CUfileDrvProps_t.fflags. */
-typedef enum CUfileFeatureFlags {
+typedef enum CUfileFeatureFlags CUFILE_ENUM_INT {
   CU_FILE_DYN_ROUTING_SUPPORTED = 0,
   CU_FILE_BATCH_IO_SUPPORTED = 1,
   CU_FILE_STREAMS_SUPPORTED = 2,
@@ -144,7 +153,7 @@ typedef struct CUfileDrvProps {
   unsigned int max_batch_io_timeout_msecs;
 } CUfileDrvProps_t;
 
-typedef enum CUfileFileHandleType {
+typedef enum CUfileFileHandleType CUFILE_ENUM_INT {
   CU_FILE_HANDLE_TYPE_OPAQUE_FD = 1,
   CU_FILE_HANDLE_TYPE_OPAQUE_WIN32 = 2,
   CU_FILE_HANDLE_TYPE_USERSPACE_FS = 3
@@ -178,9 +187,9 @@ typedef struct CUfileDescr_t {
 typedef void *CUfileHandle_t;
 typedef void *CUfileBatchHandle_t;
 
-typedef enum CUfileOpcode { CUFILE_READ = 0, CUFILE_WRITE = 1 } CUfileOpcode_t;
+typedef enum CUfileOpcode CUFILE_ENUM_INT { CUFILE_READ = 0, CUFILE_WRITE = 1 } CUfileOpcode_t;
 
-typedef enum CUFILEStatus_enum {
+typedef enum CUFILEStatus_enum CUFILE_ENUM_INT {
   CUFILE_WAITING = 0x000001,
   CUFILE_PENDING = 0x000002,
   CUFILE_INVALID = 0x000004,
@@ -190,7 +199,7 @@ typedef enum CUFILEStatus_enum {
   CUFILE_FAILED = 0x000040
 } CUfileStatus_t;
 
-typedef enum cufileBatchMode { CUFILE_BATCH = 1 } CUfileBatchMode_t;
+typedef enum cufileBatchMode CUFILE_ENUM_INT { CUFILE_BATCH = 1 } CUfileBatchMode_t;
 
 typedef struct CUfileIOParams {
   CUfileBatchMode_t mode;

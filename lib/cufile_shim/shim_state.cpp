@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -20,7 +21,7 @@ namespace {
 std::string hex(std::uintptr_t v) {
   char text[32];
   const int n = std::snprintf(text, sizeof(text), "%#zx", static_cast<std::size_t>(v));
-  return std::string(text, n > 0 ? static_cast<std::size_t>(n) : 0);
+  return {text, n > 0 ? static_cast<std::size_t>(n) : 0};
 }
 
 phx::File open_borrowed(int fd) {
@@ -36,7 +37,7 @@ phx::File open_borrowed(int fd) {
   // Same access and the same O_DIRECT choice as the caller's descriptor,
   // so page-cache behaviour is what the caller asked for.
   const auto direct = (flags & O_DIRECT) != 0 ? phx::DirectIo::preferred : phx::DirectIo::off;
-  return phx::File("/proc/self/fd/" + std::to_string(fd), flags & O_ACCMODE, 0, direct);
+  return {"/proc/self/fd/" + std::to_string(fd), flags & O_ACCMODE, 0, direct};
 }
 
 bool overlaps(std::uintptr_t a, std::size_t a_size, std::uintptr_t b, std::size_t b_size) {
