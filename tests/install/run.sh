@@ -86,4 +86,17 @@ g++ -std=c++20 "${flags[@]}" "$here/consumer/main.cpp" -o "$scratch/pkgconfig_st
 check_linkage "$scratch/pkgconfig_static" static
 "$scratch/pkgconfig_static" "$scratch"
 
+# libcufile.so.0 (lib/cufile_shim), when built: in a folder of its own, with
+# cuFile's soname, found by a program through LD_LIBRARY_PATH.
+shim=$(find "$prefix" -path '*/phoenix-cufile/libcufile.so.0' -print -quit)
+if grep -q '^PHX_BUILD_CUFILE_SHIM:BOOL=ON' "$cache" && ! grep -q '^PHX_STATIC_EXECUTABLES:BOOL=ON' "$cache"; then
+  step "libcufile.so.0: $shim"
+  [[ -n $shim ]] || { echo "install test: no phoenix-cufile/libcufile.so.0 under $prefix" >&2; exit 1; }
+  readelf -d "$shim" | grep -q 'SONAME.*\[libcufile\.so\.0\]' ||
+    { echo "install test: $shim lacks the soname libcufile.so.0" >&2; exit 1; }
+  if [[ -x $build/tests/cufile_dlopen_test ]]; then
+    LD_LIBRARY_PATH=$(dirname "$shim") "$build/tests/cufile_dlopen_test"
+  fi
+fi
+
 step "passed"
