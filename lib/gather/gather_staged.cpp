@@ -35,12 +35,10 @@ class StagedMover final : public GatherMover {
     const cuda::Driver &d = *cuda::driver();
     batch_copies_ = d.MemcpyBatchAsync != nullptr;
     const cuda::ScopedContext scope(gpu_.context());
-    staging_ = PinnedBuffer(count * slot_size_);
     cuda::check(d.StreamCreate(&stream_, cuda::kStreamNonBlocking), "cuStreamCreate");
     slots_.resize(count);
     events_.resize(count);
     for (std::size_t i = 0; i < count; ++i) {
-      slots_[i].data = staging_.data() + i * slot_size_;
       if (const cuda::CUresult r =
               d.EventCreate(&events_[i], cuda::kEventBlockingSync | cuda::kEventDisableTiming);
           r != cuda::kSuccess) {
@@ -102,6 +100,7 @@ class StagedMover final : public GatherMover {
   // after one wait) has passed.  Events are recorded round robin: one
   // re-recorded before a slot waited on it only makes that wait later.
   struct Slot {
+    PinnedBuffer buffer;  // pinned when the slot is first taken
     std::byte *data = nullptr;
     cuda::CUevent event = nullptr;
     bool copying = false;
@@ -123,9 +122,17 @@ class StagedMover final : public GatherMover {
     return reinterpret_cast<std::uintptr_t>(r.registration->device_address()) + r.reg_offset;
   }
 
-  // The oldest free slot, once its last copy has finished.
+  // The oldest free slot, once its last copy has finished.  Slots are
+  // taken in order and pinned the first time: a small move pins only the
+  // slots it uses, and a large one starts reading after the first slot
+  // instead of after all of them (a loader's stream holds up to 1.3 GiB,
+  // about 0.2 s to pin), pinning the rest while its first reads run.
   std::size_t take_slot() {
     const std::size_t s = free_.front();
+    if (slots_[s].data == nullptr) {
+      slots_[s].buffer = PinnedBuffer(slot_size_);
+      slots_[s].data = slots_[s].buffer.data();
+    }
     free_.pop_front();
     if (slots_[s].copying) {
       cuda::check(cuda::wait_event(slots_[s].event), "cuEventSynchronize");
@@ -307,7 +314,6 @@ class StagedMover final : public GatherMover {
   IoQueue queue_;
   unsigned depth_;
   std::size_t slot_size_;
-  PinnedBuffer staging_;
   cuda::CUstream stream_ = nullptr;
   std::vector<Slot> slots_;
   std::vector<cuda::CUevent> events_;

@@ -77,8 +77,7 @@ class CopyPool {
     Job *job = nullptr;
     std::size_t index = 0;
   };
-  void worker(cuda::CUstream stream, std::vector<cuda::CUevent> events,
-              std::vector<PinnedBuffer> buffers) noexcept;
+  void worker(cuda::CUstream stream, std::vector<cuda::CUevent> events) noexcept;
   bool take(Task &task, bool wait);
 
   std::shared_ptr<const cuda::Gpu> gpu_;
