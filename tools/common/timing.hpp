@@ -36,6 +36,11 @@ struct SampleSummary {
 /// Throws std::invalid_argument when @p samples is empty.
 [[nodiscard]] SampleSummary summarize(std::vector<double> samples);
 
+/// Seconds since this process started (its start time in /proc/self/stat
+/// against CLOCK_BOOTTIME): what `time` would say so far, loader start-up,
+/// CUDA initialisation and all.  Negative when /proc cannot tell.
+[[nodiscard]] double process_seconds() noexcept;
+
 }  // namespace phxtools
 
 #endif  // PHX_TOOLS_TIMING_HPP

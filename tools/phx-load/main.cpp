@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/cli.hpp"
+#include "common/timing.hpp"
 #include "phoenix/safetensors.hpp"
 #include "progress.hpp"
 #include "verify.hpp"
@@ -115,6 +116,9 @@ json result_record(const Options &opt, int run, const st::LoadedCheckpoint &load
             {"read_seconds", s.seconds - s.allocate_seconds},
             {"gbps", s.seconds > 0 ? static_cast<double>(s.tensor_bytes) / s.seconds / 1e9 : 0.0},
             {"setup_seconds", setup_seconds},
+            // The process's wall time so far: start-up, CUDA initialisation
+            // and warm-up included, which "seconds" (the load alone) leaves out.
+            {"process_seconds", phxtools::process_seconds()},
             {"engines", engines}});
   return r;
 }
@@ -230,7 +234,8 @@ int run(const Options &opt) {
     report.text() << "phx-load: run " << run << ": " << gigabytes(loaded->stats.tensor_bytes)
                   << " in " << fixed(loaded->stats.seconds, 3) << " s, "
                   << fixed(r["gbps"].get<double>(), 2) << " GB/s (" << engines_text(loaded->stats)
-                  << ")\n";
+                  << "); process wall time so far " << fixed(r["process_seconds"].get<double>(), 3)
+                  << " s\n";
     if (opt.verify) {
       const phx::load_tool::VerifyResult v = phx::load_tool::verify(*loaded);
       r["verify"] = {{"tensors", v.tensors},

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 namespace phxtools {
@@ -35,6 +37,18 @@ TEST(Timing, P95IsTheNearestRank) {
 
 TEST(Timing, NoSamplesIsAnError) {
   EXPECT_THROW((void)summarize({}), std::invalid_argument);
+}
+
+// The process's age: positive, growing with wall time, and not the age of
+// the machine (under an hour for a test process).
+TEST(Timing, ProcessSecondsIsThisProcessesAge) {
+  const double before = process_seconds();
+  ASSERT_GT(before, 0.0);
+  EXPECT_LT(before, 3600.0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const double after = process_seconds();
+  EXPECT_GE(after - before, 0.08);
+  EXPECT_LT(after - before, 10.0);
 }
 
 }  // namespace
