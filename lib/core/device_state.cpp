@@ -18,7 +18,7 @@ std::string describe_range(int device_id, const void *address, std::size_t size)
 
 }  // namespace
 
-DeviceState::DeviceState(int id, std::unique_ptr<EngineBackend> backend, std::string reason,
+DeviceState::DeviceState(int id, std::shared_ptr<EngineBackend> backend, std::string reason,
                          Options options)
     : id_(id), backend_(std::move(backend)), reason_(std::move(reason)), options_(options) {}
 

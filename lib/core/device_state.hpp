@@ -18,13 +18,15 @@ namespace phx::detail {
 /// Throws std::system_error(EINVAL) unless 0 <= id < PHXFS_MAX_DEVICES.
 void check_device_id(int device_id);
 
-/// The backend for an already resolved engine, from the engine table.  Throws.
-[[nodiscard]] std::unique_ptr<EngineBackend> make_backend(int device_id, Engine engine,
+/// The backend for an already resolved engine, from the engine table: the
+/// live one of another device with the same id and options where the engine
+/// is shared per process (EngineEntry::shared).  Throws.
+[[nodiscard]] std::shared_ptr<EngineBackend> make_backend(int device_id, Engine engine,
                                                           const Options &options);
 
 class DeviceState {
  public:
-  DeviceState(int id, std::unique_ptr<EngineBackend> backend, std::string reason, Options options);
+  DeviceState(int id, std::shared_ptr<EngineBackend> backend, std::string reason, Options options);
 
   /// Validates @p options, resolves the engine and builds the backend.
   /// Throws std::system_error.
@@ -53,7 +55,7 @@ class DeviceState {
 
  private:
   int id_;
-  std::unique_ptr<EngineBackend> backend_;
+  std::shared_ptr<EngineBackend> backend_;
   std::string reason_;
   Options options_;
   RegistrationTable table_;

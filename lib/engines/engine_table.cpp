@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -97,6 +99,10 @@ const EngineEntry kEngines[] = {
      .name = "compat",
      .capabilities = kCompat,
      .make = kMakeCompat,
+     // Copy threads and pinned staging per GPU: eight loaders at once
+     // with one engine each ran 96 copy threads and took 10x the time of
+     // the same loads one after another (issue 26).
+     .shared = true,
      .detect_order = kCompatDetectOrder,
      .detect = kDetectCompat},
     {.engine = Engine::cufile,
@@ -168,12 +174,38 @@ void check_device_id(int device_id) {
   }
 }
 
-std::unique_ptr<EngineBackend> make_backend(int device_id, Engine engine, const Options &options) {
+std::shared_ptr<EngineBackend> make_backend(int device_id, Engine engine, const Options &options) {
   const EngineEntry *entry = find_engine(engine);
   if (entry == nullptr || entry->make == nullptr) {
     throw_errno(EINVAL, "device " + std::to_string(device_id) + ": engine not resolved");
   }
-  return entry->make(device_id, options);
+  if (!entry->shared) {
+    return entry->make(device_id, options);
+  }
+  // Shared while some device holds it: a weak reference, so that the last
+  // close still stops the threads and unpins the staging.
+  struct Live {
+    int device_id;
+    Options options;
+    std::weak_ptr<EngineBackend> backend;
+  };
+  static std::mutex mutex;
+  static auto *live =
+      new std::vector<Live>;  // NOLINT(cppcoreguidelines-owning-memory): outlives exit
+  Options key = options;
+  key.engine = engine;
+  const std::lock_guard lock(mutex);
+  std::erase_if(*live, [](const Live &l) { return l.backend.expired(); });
+  for (const Live &l : *live) {
+    if (l.device_id == device_id && l.options == key) {
+      if (auto backend = l.backend.lock()) {
+        return backend;
+      }
+    }
+  }
+  std::shared_ptr<EngineBackend> backend = entry->make(device_id, options);
+  live->push_back({device_id, key, backend});
+  return backend;
 }
 
 }  // namespace phx::detail

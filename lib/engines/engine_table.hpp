@@ -29,6 +29,11 @@ struct EngineEntry {
   /// Builds the engine for device @p device_id with @p options (validated);
   /// null for Engine::automatic.
   std::unique_ptr<EngineBackend> (*make)(int device_id, const Options &options) = nullptr;
+  /// One instance per device, engine and options in a process: devices
+  /// opened at the same time share it (its threads and staging) instead of
+  /// each building their own.  For engines whose instances hold nothing of a
+  /// caller's (no registrations, no descriptors the kernel ties them to).
+  bool shared = false;
   /// Position in automatic detection (1 first); 0: never chosen by detection.
   unsigned detect_order = 0;
   /// Whether detection picks this engine for @p device_id; @p why says

@@ -402,5 +402,44 @@ TEST_F(CompatEngine, DevicesLeaveNoHandlesBehind) {
   EXPECT_GT(after.copies, before.copies);
 }
 
+// Devices of one GPU open at the same time with the same options share one
+// engine (copy threads, streams, staging); other options get their own; the
+// last close stops it.  Bytes land through each device either way.
+TEST_F(CompatEngine, OpenDevicesShareOneEngine) {
+  constexpr std::size_t kSize = std::size_t{3} << 20;
+  write_pattern_file(dir_ / "in", kSize, kSeed);
+  const auto read_through = [&](Device &dev) {
+    FakeDeviceMemory mem(kSize);
+    mem.fill(std::byte{0});
+    auto reg = dev.register_memory(mem.data(), mem.size());
+    File f(dir_ / "in", O_RDONLY);
+    EXPECT_EQ(f.read(reg, 0, kSize, 0), kSize);
+    expect_read_landed(mem.download(), 0, kSize, 0, std::byte{0});
+  };
+  const auto idle = fake_counts();
+  {
+    auto first = Device::open(0, Engine::compat);
+    read_through(first);
+    const auto one = fake_counts();
+    EXPECT_GT(one.streams, idle.streams);  // the engine's copy threads' streams
+    {
+      auto second = Device::open(0, Engine::compat);
+      read_through(second);
+      EXPECT_EQ(fake_counts().streams, one.streams) << "a second engine was built";
+      Options fewer = Options::defaults();
+      fewer.engine = Engine::compat;
+      fewer.copy_threads = 2;
+      auto other = Device::open(0, fewer);
+      read_through(other);
+      EXPECT_GT(fake_counts().streams, one.streams) << "other options share the engine";
+    }
+    EXPECT_EQ(fake_counts().streams, one.streams);
+    read_through(first);
+  }
+  const auto closed = fake_counts();
+  EXPECT_EQ(closed.streams, idle.streams);
+  EXPECT_EQ(closed.host_allocs, idle.host_allocs);
+}
+
 }  // namespace
 }  // namespace phx::test
