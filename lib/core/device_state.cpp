@@ -6,6 +6,12 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "phoenix/config.h"
+#if PHX_WITH_CUDA
+#include <algorithm>
+
+#include "engines/compat/copy_pool.hpp"
+#endif
 
 namespace phx::detail {
 namespace {
@@ -14,6 +20,20 @@ std::string describe_range(int device_id, const void *address, std::size_t size)
   char text[64] = {};
   (void)std::snprintf(text, sizeof(text), "%p", address);
   return "device " + std::to_string(device_id) + ": range " + text + " + " + std::to_string(size);
+}
+
+// Stream-ordered I/O's limits: the defaults, with the compat settings of
+// PHX_CHUNK_SIZE and PHX_QUEUE_DEPTH as the copy pool reads them.
+StreamLimits stream_limits() {
+  StreamLimits limits;
+#if PHX_WITH_CUDA
+  const CopyPoolConfig config = copy_pool_config_from_env();
+  limits.chunk = config.chunk;
+  limits.direct_chunk = config.direct_chunk;
+  // Twice the copy pool's per-thread depth, as before the limits existed.
+  limits.depth = std::clamp<std::size_t>(config.depth * 2, 2, 8);
+#endif
+  return limits;
 }
 
 }  // namespace
@@ -72,6 +92,15 @@ void DeviceState::forget(const Mapping &mapping) noexcept {
 
 void DeviceState::deregister_all() noexcept {
   (void)table_.clear();
+}
+
+StreamIo &DeviceState::stream_io() {
+  const std::lock_guard lock(stream_io_mutex_);
+  if (!stream_io_) {
+    // Where the limits enter: phx::Options will supply them here.
+    stream_io_ = std::make_unique<StreamIo>(id_, stream_limits());
+  }
+  return *stream_io_;
 }
 
 }  // namespace phx::detail
