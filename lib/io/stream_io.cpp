@@ -455,6 +455,7 @@ void StreamIo::Core::worker() noexcept {
           while (!free_slots.empty()) {
             std::unique_ptr<StagingSlot> slot = std::move(free_slots.back());
             free_slots.pop_back();
+            free_bytes -= slot->buffer.size();
             free_slot_locked(std::move(slot), buffers);
           }
           lock.unlock();
@@ -609,8 +610,10 @@ void StreamIo::Core::finish(Op &op) noexcept {
   }
 }
 
-// Caller holds the mutex.  The flags go back to their pool; the buffer is
-// freed by the caller once it dropped the mutex (cuMemFreeHost is slow).
+// Caller holds the mutex and took the slot out of `free_slots` (and
+// `free_bytes`) if it was there.  The flags go back to their pool; the
+// buffer is freed by the caller once it dropped the mutex (cuMemFreeHost
+// is slow).
 void StreamIo::Core::free_slot_locked(std::unique_ptr<StagingSlot> slot,
                                       std::vector<PinnedBuffer> &buffers) noexcept {
   held -= slot->buffer.size();

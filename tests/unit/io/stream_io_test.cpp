@@ -27,6 +27,16 @@ namespace {
 constexpr std::uint64_t kSeed = 23;
 constexpr std::size_t kKiB = 1024;
 
+// With the order ignored the I/O thread and the stream touch the same
+// staging at once: a data race by design, which ThreadSanitizer reports
+// (slowly, for every byte).  Under it the seam tests check only the
+// ordered half.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kRacesReported = true;
+#else
+constexpr bool kRacesReported = false;
+#endif
+
 class StreamIoTest : public FakeGpuTest {
  protected:
   void TearDown() override {
@@ -194,7 +204,8 @@ TEST_F(StreamIoTest, BlockingOpsQueueBehindFewWorkers) {
   EXPECT_FALSE(found.has_value()) << "byte " << *found;
 }
 
-// One op larger than the whole budget cycles through slots that fit in it.
+// One op larger than the whole budget cycles through slots that fit in it,
+// and the slots are freed once the device's stream I/O has been idle.
 TEST_F(StreamIoTest, OneOpLargerThanTheBudgetRuns) {
   constexpr std::size_t kSize = (std::size_t{5} << 20) + 333;
   const detail::StreamLimits limits{.staging_bytes = 64 * kKiB, .chunk = std::size_t{1} << 20};
@@ -212,6 +223,8 @@ TEST_F(StreamIoTest, OneOpLargerThanTheBudgetRuns) {
   stream.synchronize();
   EXPECT_EQ(done, static_cast<ssize_t>(kSize));
   EXPECT_LE(io.stats().staging_peak, limits.staging_bytes);
+  // Idle staging goes back to the system once nothing runs for a while.
+  EXPECT_TRUE(eventually([&] { return io.stats().staging_held == 0; }));
   const auto memory = mem.download();
   const auto found = find_mismatch(memory, kSeed, 0);
   EXPECT_FALSE(found.has_value()) << "byte " << *found;
@@ -274,6 +287,9 @@ TEST_F(StreamIoTest, WriteOrderBreaksOnlyWithTheSeam) {
   // Broken first, and another value each time: staging reused from the
   // ordered round would hold the right bytes already.
   for (const bool ignore : {true, false}) {
+    if (ignore && kRacesReported) {
+      continue;
+    }
     detail::testing::set_ignore_stream_order(ignore);
     const auto value = static_cast<std::uint8_t>(ignore ? 0xa5 : 0x5a);
     mem.fill(std::byte{0});
@@ -317,6 +333,9 @@ TEST_F(StreamIoTest, ReadOrderBreaksOnlyWithTheSeam) {
   // Broken first: freed staging of an ordered round may be handed out again
   // with the file's bytes still in it.
   for (const bool ignore : {true, false}) {
+    if (ignore && kRacesReported) {
+      continue;
+    }
     detail::testing::set_ignore_stream_order(ignore);
     target.fill(std::byte{0});
     ssize_t done_blocker = -7;
