@@ -190,7 +190,7 @@ struct StreamIo::Core {
   void run(Op &op) noexcept;
   void run_staged(Op &op, bool current) noexcept;
   void finish(Op &op) noexcept;
-  bool enqueue_staged(const std::shared_ptr<Core> &self, const std::shared_ptr<Op> &op,
+  bool enqueue_staged(const std::shared_ptr<Core> &self, const std::shared_ptr<Op> &keep,
                       CUstream_st *stream);
   std::vector<std::unique_ptr<StagingSlot>> take_slots(std::size_t k, std::size_t size);
   void give_slots(std::vector<std::unique_ptr<StagingSlot>> &slots) noexcept;
