@@ -188,7 +188,11 @@ PHXFS_API PHXFS_NODISCARD ssize_t phxfs_write(phxfs_fileid_t fid, const void *bu
  * enqueued; when the stream passes the read, *@bytes_done (may be NULL)
  * holds the bytes read (short only at end of file) or -errno.  @fid.fd, the
  * registration and *@bytes_done must stay valid until then.  Reads on
- * different streams run concurrently.
+ * different streams run concurrently, on at most 16 I/O threads per device
+ * by default (more wait their turn, oldest first).  With the compat engine
+ * the call may block until earlier stream-ordered I/Os of the device give
+ * back pinned staging (256 MiB per device by default), so a stream must
+ * not wait, through host code, for an I/O enqueued after its own.
  * Errors: as phxfs_read(); ENOTSUP in a build or on a machine without CUDA;
  * EINVAL a stream capturing a CUDA graph; EIO CUDA errors.
  */

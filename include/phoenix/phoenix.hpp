@@ -301,12 +301,17 @@ class PHX_EXPORT File {
                     std::uint64_t file_offset);
   /// Stream-ordered read: runs after the work already enqueued on @p stream
   /// (a cudaStream_t; null is the legacy default stream) and the stream's
-  /// later work waits for it.  Returns at once.  When the stream passes
-  /// the operation, *@p bytes_done (if not null) holds the bytes read (short
-  /// only at end of file) or -errno.  This File, @p reg and *@p bytes_done
-  /// must stay alive until then.  I/Os on different streams run
-  /// concurrently.  Throws std::system_error: ENOTSUP without CUDA, EINVAL
-  /// bad range or a stream capturing a graph.
+  /// later work waits for it.  Returns once enqueued; with the compat
+  /// engine that may first wait for earlier stream-ordered I/Os of the
+  /// device to give back pinned staging (256 MiB per device by default),
+  /// so a stream must not wait, through host code, for an I/O enqueued
+  /// after its own.  When the stream passes the operation, *@p bytes_done
+  /// (if not null) holds the bytes read (short only at end of file) or
+  /// -errno.  This File, @p reg and *@p bytes_done must stay alive until
+  /// then.  I/Os on different streams run concurrently, on at most 16 I/O
+  /// threads per device by default (more wait their turn, oldest first).
+  /// Throws std::system_error: ENOTSUP without CUDA, EINVAL bad range or a
+  /// stream capturing a graph.
   void read_async(const Registration &reg, std::size_t reg_offset, std::size_t size,
                   std::uint64_t file_offset, ssize_t *bytes_done, CUstream_st *stream);
   /// The write counterpart of read_async().

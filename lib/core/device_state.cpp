@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "core/device_state.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <utility>
 
@@ -14,6 +15,18 @@ std::string describe_range(int device_id, const void *address, std::size_t size)
   char text[64] = {};
   (void)std::snprintf(text, sizeof(text), "%p", address);
   return "device " + std::to_string(device_id) + ": range " + text + " + " + std::to_string(size);
+}
+
+// Stream-ordered I/O's limits from the device's options.
+StreamLimits stream_limits(const Options &options) {
+  StreamLimits limits;
+  limits.workers = options.stream_workers;
+  limits.staging_bytes = options.stream_staging_bytes;
+  limits.chunk = options.copy_chunk;
+  limits.direct_chunk = options.copy_direct_chunk;
+  // Twice the copy threads' depth, as before the limits existed.
+  limits.depth = std::clamp<std::size_t>(std::size_t{options.copy_depth} * 2, 2, 8);
+  return limits;
 }
 
 }  // namespace
@@ -74,6 +87,15 @@ void DeviceState::forget(const Mapping &mapping) noexcept {
 
 void DeviceState::deregister_all() noexcept {
   (void)table_.clear();
+}
+
+StreamIo &DeviceState::stream_io() {
+  const std::lock_guard lock(stream_io_mutex_);
+  if (!stream_io_) {
+    // Where the limits enter: phx::Options will supply them here.
+    stream_io_ = std::make_unique<StreamIo>(id_, stream_limits(options_));
+  }
+  return *stream_io_;
 }
 
 }  // namespace phx::detail

@@ -8,10 +8,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "core/registration_table.hpp"
 #include "engines/engine_backend.hpp"
+#include "io/stream_io.hpp"
 
 namespace phx::detail {
 
@@ -53,12 +55,19 @@ class DeviceState {
   /// Drops every registration (phxfs_close).
   void deregister_all() noexcept;
 
+  /// This device's stream-ordered I/O, made at the first call.  Throws
+  /// std::system_error.
+  [[nodiscard]] StreamIo &stream_io();
+
  private:
   int id_;
   std::shared_ptr<EngineBackend> backend_;
   std::string reason_;
   Options options_;
   RegistrationTable table_;
+  std::mutex stream_io_mutex_;
+  // Last: destroyed first, while the engine it may still call exists.
+  std::unique_ptr<StreamIo> stream_io_;
 };
 
 }  // namespace phx::detail

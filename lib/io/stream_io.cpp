@@ -1,14 +1,39 @@
 // SPDX-License-Identifier: MIT
 #include "io/stream_io.hpp"
 
+#include <atomic>
+
+#include "io/stream_io_testing.hpp"
 #include "phoenix/config.h"
+
+namespace phx::detail {
+namespace {
+
+// The test seam (stream_io_testing.hpp).  Read once per op, when it is
+// submitted, so an op is either ordered or not from start to end.
+std::atomic<bool> ignore_stream_order{false};
+std::atomic<std::size_t> live_workers{0};
+
+}  // namespace
+
+namespace testing {
+
+void set_ignore_stream_order(bool ignore) noexcept {
+  ignore_stream_order.store(ignore, std::memory_order_relaxed);
+}
+
+std::size_t live_stream_workers() noexcept {
+  return live_workers.load(std::memory_order_acquire);
+}
+
+}  // namespace testing
+}  // namespace phx::detail
 
 #if PHX_WITH_CUDA
 
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -23,7 +48,6 @@
 #include "core/error.hpp"
 #include "cuda/driver_api.hpp"
 #include "cuda/gpu.hpp"
-#include "engines/compat/copy_pool.hpp"
 #include "engines/compat/staging_pool.hpp"
 
 namespace phx::detail {
@@ -42,24 +66,33 @@ struct StagingSlot {
   std::uint32_t *done = nullptr;
 };
 
+// How far the submitting thread got with an op's stream operations.
+enum Chain : int {
+  kIssuing = 0,    // still enqueueing them
+  kComplete = 1,   // all in the stream, the tail event last
+  kAbandoned = 2,  // a CUDA call failed part way: the worker stops waiting for the stream
+};
+
 // One in-flight stream-ordered I/O.
 struct Op {
   StreamRequest request;
   CUcontext context = nullptr;
   CUevent event = nullptr;  // prior stream work; null: nothing to wait for
+  // Recorded after the op's last stream operation: once it completes the
+  // stream no longer reads the op's flags (see Core::~Core).
+  CUevent tail = nullptr;
   std::uint32_t *flag = nullptr;
   std::uint32_t value = 0;
+  bool ignore_order = false;  // the test seam, as it was at submit
   // Staged (compat): the copies are in the stream, the I/O thread only
   // reads and writes files and flags.
   bool staged = false;
-  // Set by the enqueueing thread when it could not put the whole chain in
-  // the stream; the I/O thread then stops waiting for the stream.
-  std::atomic<bool> abandoned{false};
+  std::atomic<int> chain{kIssuing};
   std::size_t chunk = 0;
   std::uint64_t base = 0;
   std::size_t length = 0;
   std::size_t count = 0;
-  std::vector<StagingSlot *> slots;
+  std::vector<std::unique_ptr<StagingSlot>> slots;
   std::vector<std::uint32_t> ready_base;
   std::vector<std::uint32_t> done_base;
 
@@ -69,6 +102,10 @@ struct Op {
         std::min<std::uint64_t>(request.file_offset + length, base + (i + 1) * chunk);
     offset = start;
     size = static_cast<std::size_t>(stop - start);
+  }
+  void set_chain(Chain state) noexcept {
+    chain.store(state, std::memory_order_release);
+    chain.notify_all();
   }
 };
 
@@ -86,11 +123,11 @@ void store(std::uint32_t *flag, std::uint32_t value) noexcept {
 }
 
 // Waits until *flag >= target (wrapping compare, as CU_STREAM_WAIT_VALUE_GEQ);
-// false when @p abandoned is set first.
+// false when @p chain says the op was abandoned first.
 bool wait_at_least(const std::uint32_t *flag, std::uint32_t target,
-                   const std::atomic<bool> *abandoned = nullptr) noexcept {
+                   const std::atomic<int> *chain = nullptr) noexcept {
   for (unsigned spins = 0; static_cast<std::int32_t>(load(flag) - target) < 0; ++spins) {
-    if (abandoned != nullptr && abandoned->load(std::memory_order_acquire)) {
+    if (chain != nullptr && chain->load(std::memory_order_acquire) == kAbandoned) {
       return false;
     }
     if (spins < 64) {
@@ -102,89 +139,207 @@ bool wait_at_least(const std::uint32_t *flag, std::uint32_t target,
   return true;
 }
 
-class StreamIo {
- public:
-  static StreamIo &instance() {
-    // Never destroyed: I/O threads may still be blocked in CUDA at exit.
-    static auto *io = new StreamIo;  // NOLINT(cppcoreguidelines-owning-memory)
-    return *io;
-  }
-
-  void submit(StreamRequest request, CUstream_st *stream);
-
- private:
-  static constexpr std::size_t kFlagsPerBlock = 1024;
-  static constexpr std::size_t kMaxThreads = 512;
-
-  CUcontext device_context(int device_id);
-  std::uint32_t *take_flag();
-  void give_flag(std::uint32_t *flag);
-  CUevent take_event(CUcontext context);
-  void give_event(CUcontext context, CUevent event);
-  void enqueue(std::shared_ptr<Op> op);
-  void worker() noexcept;
-  void run(Op &op) noexcept;
-  void run_staged(Op &op) noexcept;
-  bool enqueue_staged(std::shared_ptr<Op> &owned, CUstream_st *stream);
-  StagingSlot *take_slot(std::size_t chunk);
-  void give_slots(std::vector<StagingSlot *> &slots);
-
-  std::mutex mutex_;
-  std::map<int, std::unique_ptr<cuda::Gpu>> gpus_;
-  std::vector<std::uint32_t *> free_flags_;
-  std::map<CUcontext, std::vector<CUevent>> free_events_;
-  std::vector<std::unique_ptr<StagingSlot>> slots_;
-  std::vector<StagingSlot *> free_slots_;
-  std::condition_variable work_;
-  std::deque<std::shared_ptr<Op>> queue_;
-  std::size_t idle_ = 0;
-  std::size_t threads_ = 0;
+// Fallback when the driver refuses stream memory operations: the paper's
+// way, a host function that holds the stream until the flag is set.
+struct HostWait {
+  std::uint32_t *flag;
+  std::uint32_t value;
 };
-
-CUcontext StreamIo::device_context(int device_id) {
-  const std::lock_guard lock(mutex_);
-  auto it = gpus_.find(device_id);
-  if (it == gpus_.end()) {
-    std::string why;
-    if (!cuda::gpu_for_device(device_id, why)) {
-      it = gpus_.emplace(device_id, nullptr).first;
-    } else {
-      it = gpus_.emplace(device_id, std::make_unique<cuda::Gpu>(device_id)).first;
-    }
+void wait_flag(void *arg) {
+  std::unique_ptr<HostWait> w(static_cast<HostWait *>(arg));
+  std::atomic_ref<std::uint32_t> flag(*w->flag);
+  while (static_cast<std::int32_t>(flag.load(std::memory_order_acquire) - w->value) < 0) {
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
-  return it->second ? it->second->context() : nullptr;
 }
 
-std::uint32_t *StreamIo::take_flag() {
-  const std::lock_guard lock(mutex_);
-  if (free_flags_.empty()) {
+// Idle staging is freed after this long without work, when no op is running.
+constexpr auto kTrimIdleAfter = std::chrono::seconds(2);
+// How long a closing device waits for its streams to pass their last waits
+// on its flags before it leaves the flags allocated instead.
+constexpr auto kTailWait = std::chrono::seconds(2);
+
+}  // namespace
+
+// The state shared by a StreamIo and its workers.  Workers hold it by
+// shared_ptr, so a worker that ends up destroying the StreamIo (it dropped
+// the device's last reference) still has it while it leaves its loop.
+struct StreamIo::Core {
+  Core(int device, const StreamLimits &bounds) noexcept : device_id(device), limits(bounds) {}
+  ~Core();
+  Core(const Core &) = delete;
+  Core &operator=(const Core &) = delete;
+  Core(Core &&) = delete;
+  Core &operator=(Core &&) = delete;
+
+  void submit(const std::shared_ptr<Core> &self, StreamRequest request, CUstream_st *stream);
+  void stop_and_join() noexcept;
+  [[nodiscard]] StreamIoStats stats() const;
+
+ private:
+  CUcontext device_context();
+  std::uint32_t *take_flag();
+  void give_flag(std::uint32_t *flag) noexcept;
+  CUevent take_event(CUcontext context);
+  void give_event(CUcontext context, CUevent event) noexcept;
+  void retire_tail(CUcontext context, CUevent tail) noexcept;
+  void spawn_locked(const std::shared_ptr<Core> &self);
+  void ensure_worker(const std::shared_ptr<Core> &self);
+  void enqueue(const std::shared_ptr<Core> &self, std::shared_ptr<Op> op) noexcept;
+  void worker() noexcept;
+  void run(Op &op) noexcept;
+  void run_staged(Op &op, bool current) noexcept;
+  void finish(Op &op) noexcept;
+  bool enqueue_staged(const std::shared_ptr<Core> &self, const std::shared_ptr<Op> &keep,
+                      CUstream_st *stream);
+  std::vector<std::unique_ptr<StagingSlot>> take_slots(std::size_t k, std::size_t size);
+  void give_slots(std::vector<std::unique_ptr<StagingSlot>> &slots) noexcept;
+  void leak_slots(std::vector<std::unique_ptr<StagingSlot>> &slots) noexcept;
+  void free_slot_locked(std::unique_ptr<StagingSlot> slot,
+                        std::vector<PinnedBuffer> &buffers) noexcept;
+
+  static constexpr std::size_t kFlagsPerBlock = 1024;
+
+  const int device_id;
+  const StreamLimits limits;
+
+  mutable std::mutex mutex;
+  // Declared first so that it goes last: the pools are freed in its context.
+  std::unique_ptr<cuda::Gpu> gpu;
+  bool gpu_looked_up = false;
+  std::vector<void *> flag_blocks;
+  std::vector<std::uint32_t *> free_flags;
+  // Set when a stream may still wait on our flags at the end (a chain cut
+  // short, a tail event that could not be recorded): they are not freed.
+  bool keep_flags = false;
+  std::map<CUcontext, std::vector<CUevent>> free_events;
+  std::deque<std::pair<CUcontext, CUevent>> tails;  // recorded, maybe not yet reached
+
+  // Workers.  The queue is unbounded: a queued op costs an Op, an event and
+  // a flag, and its submitter already waited for any staging it needs.
+  std::condition_variable work;
+  std::deque<std::shared_ptr<Op>> queue;
+  std::vector<std::thread> threads;
+  std::size_t idle = 0;     // workers waiting for work
+  std::size_t running = 0;  // ops taken by a worker and not finished
+  bool stop = false;
+  std::size_t threads_created = 0;
+  std::size_t threads_live = 0;
+
+  // Staging: `held` bytes of slots exist (in use or in `free_slots`), never
+  // more than the budget.  Submitters wait in ticket order, so a large op
+  // is not starved by small ones.
+  std::condition_variable staging_changed;
+  std::vector<std::unique_ptr<StagingSlot>> free_slots;
+  std::size_t held = 0;
+  std::size_t free_bytes = 0;
+  std::size_t peak = 0;
+  std::size_t waits = 0;
+  std::size_t leaked = 0;
+  std::uint64_t next_ticket = 0;
+  std::uint64_t serving = 0;
+};
+
+StreamIo::Core::~Core() {
+  // Every op is finished: no worker runs, no submitter is inside.
+  const cuda::Driver *d = cuda::driver();
+  if (d == nullptr) {
+    return;
+  }
+  // A stream passes its last wait on our flags at the op's tail event.  The
+  // flags are freed only once every tail is reached; the events once theirs is.
+  const auto deadline = std::chrono::steady_clock::now() + kTailWait;
+  for (const auto &[context, tail] : tails) {
+    bool reached = false;
+    try {
+      const cuda::ScopedContext scope(context);
+      for (;;) {
+        const cuda::CUresult r = d->EventQuery(tail);
+        if (r != cuda::kErrorNotReady) {
+          reached = r == cuda::kSuccess;
+          break;
+        }
+        if (std::chrono::steady_clock::now() > deadline) {
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    } catch (...) {
+    }
+    if (reached) {
+      free_events[context].push_back(tail);
+    } else {
+      keep_flags = true;  // the event is left alone too
+    }
+  }
+  for (const auto &[context, events] : free_events) {
+    try {
+      const cuda::ScopedContext scope(context);
+      for (CUevent e : events) {
+        (void)d->EventDestroy(e);
+      }
+    } catch (...) {
+      // The context is gone, and its events with it.
+    }
+  }
+  if (!keep_flags && !flag_blocks.empty()) {
+    try {
+      const cuda::ScopedContext scope(gpu ? gpu->context() : cuda::any_context());
+      for (void *block : flag_blocks) {
+        (void)d->MemFreeHost(block);
+      }
+    } catch (...) {
+    }
+  }
+  // free_slots, then gpu, go with the members.
+}
+
+CUcontext StreamIo::Core::device_context() {
+  const std::lock_guard lock(mutex);
+  if (!gpu_looked_up) {
+    std::string why;
+    if (cuda::gpu_for_device(device_id, why)) {
+      gpu = std::make_unique<cuda::Gpu>(device_id);
+    }
+    gpu_looked_up = true;
+  }
+  return gpu ? gpu->context() : nullptr;
+}
+
+std::uint32_t *StreamIo::Core::take_flag() {
+  const std::lock_guard lock(mutex);
+  if (free_flags.empty()) {
     // Portable, device-mapped pinned memory: every context's streams can wait on it.
     void *block = nullptr;
     cuda::check(
         cuda::driver()->MemHostAlloc(&block, kFlagsPerBlock * sizeof(std::uint32_t),
                                      cuda::kMemHostAllocPortable | cuda::kMemHostAllocDeviceMap),
         "cuMemHostAlloc(flags)");
+    flag_blocks.push_back(block);
     auto *flags = static_cast<std::uint32_t *>(block);
     for (std::size_t i = 0; i < kFlagsPerBlock; ++i) {
       flags[i] = 0;
-      free_flags_.push_back(flags + i);
+      free_flags.push_back(flags + i);
     }
   }
-  std::uint32_t *flag = free_flags_.back();
-  free_flags_.pop_back();
+  std::uint32_t *flag = free_flags.back();
+  free_flags.pop_back();
   return flag;
 }
 
-void StreamIo::give_flag(std::uint32_t *flag) {
-  const std::lock_guard lock(mutex_);
-  free_flags_.push_back(flag);
+void StreamIo::Core::give_flag(std::uint32_t *flag) noexcept {
+  const std::lock_guard lock(mutex);
+  try {
+    free_flags.push_back(flag);
+  } catch (...) {
+    // The flag is lost to the pool; its block is still freed with it.
+  }
 }
 
-// Unused only in the broken-order test build.
-[[maybe_unused]] CUevent StreamIo::take_event(CUcontext context) {
+CUevent StreamIo::Core::take_event(CUcontext context) {
   {
-    const std::lock_guard lock(mutex_);
-    auto &pool = free_events_[context];
+    const std::lock_guard lock(mutex);
+    auto &pool = free_events[context];
     if (!pool.empty()) {
       CUevent e = pool.back();
       pool.pop_back();
@@ -199,55 +354,148 @@ void StreamIo::give_flag(std::uint32_t *flag) {
   return e;
 }
 
-void StreamIo::give_event(CUcontext context, CUevent event) {
-  const std::lock_guard lock(mutex_);
-  free_events_[context].push_back(event);
+void StreamIo::Core::give_event(CUcontext context, CUevent event) noexcept {
+  const std::lock_guard lock(mutex);
+  try {
+    free_events[context].push_back(event);
+  } catch (...) {
+    (void)cuda::driver()->EventDestroy(event);
+  }
 }
 
-void StreamIo::enqueue(std::shared_ptr<Op> op) {
-  bool spawn = false;
+// Keeps @p tail until its stream passes it, and takes back the oldest
+// tails already passed: the list stays about as long as the ops in flight.
+void StreamIo::Core::retire_tail(CUcontext context, CUevent tail) noexcept {
+  const cuda::Driver &d = *cuda::driver();
+  const std::lock_guard lock(mutex);
+  try {
+    tails.emplace_back(context, tail);
+  } catch (...) {
+    keep_flags = true;  // leaves the event unqueried: nothing is freed under the stream
+    return;
+  }
+  // The worker's current context is the op's; query only that context's events.
+  for (int n = 0; n < 4 && !tails.empty() && tails.front().first == context; ++n) {
+    if (d.EventQuery(tails.front().second) != cuda::kSuccess) {
+      break;
+    }
+    try {
+      free_events[context].push_back(tails.front().second);
+    } catch (...) {
+      (void)d.EventDestroy(tails.front().second);
+    }
+    tails.pop_front();
+  }
+}
+
+// Starts one more worker.  Caller holds the mutex.
+void StreamIo::Core::spawn_locked(const std::shared_ptr<Core> &self) {
+  threads.emplace_back([core = self]() mutable {
+    core->worker();
+    core.reset();  // may free the pools: before the count says this worker is gone
+    live_workers.fetch_sub(1, std::memory_order_release);
+  });
+  ++threads_created;
+  ++threads_live;
+  live_workers.fetch_add(1, std::memory_order_relaxed);
+}
+
+// The first worker is made before anything is put in a stream: then an op
+// whose waits are in a stream always has a worker to run it.
+void StreamIo::Core::ensure_worker(const std::shared_ptr<Core> &self) {
+  const std::lock_guard lock(mutex);
+  if (threads.empty()) {
+    spawn_locked(self);
+  }
+}
+
+// Deadlock freedom with a bounded pool.  A worker can block on its op for
+// as long as the work before the op in its stream takes (EventSynchronize,
+// polling "done" flags), and that work can include other stream-ordered
+// ops' waits.  Those ops were submitted earlier: the stream's work before
+// an op is fixed when the op is submitted (an event or a wait captures the
+// state at call time), and the op is queued before its submit returns.
+// The queue is first in, first out, so every op a worker is blocked on is
+// older than its own; the oldest unfinished op depends on no unfinished op
+// and runs on a worker as soon as one is free, which needs only one worker.
+// So at most `workers` threads, and ops beyond them wait in the queue.
+// What this cannot cover: a stream made to wait, through host code, for a
+// stream-ordered I/O submitted after the stream's own (documented).
+// noexcept: the stream may already wait on the op, so failing to queue it
+// would hang the stream; running out of memory here ends the process.
+void StreamIo::Core::enqueue(const std::shared_ptr<Core> &self, std::shared_ptr<Op> op) noexcept {
   {
-    const std::lock_guard lock(mutex_);
-    queue_.push_back(std::move(op));
-    // An op may block its thread until earlier stream work is done, so a
-    // thread per op in flight: grow when none is idle.
-    if (idle_ == 0 && threads_ < kMaxThreads) {
-      ++threads_;
-      spawn = true;
+    const std::lock_guard lock(mutex);
+    queue.push_back(std::move(op));
+    // More queued ops than idle workers to take them: one more worker.
+    if (queue.size() > idle && threads.size() < limits.workers) {
+      try {
+        spawn_locked(self);
+      } catch (...) {
+        // The workers there are (ensure_worker made one) take it in turn.
+      }
     }
   }
-  if (spawn) {
-    std::thread([this] { worker(); }).detach();
-  } else {
-    work_.notify_one();
-  }
+  work.notify_one();
 }
 
-void StreamIo::worker() noexcept {
+void StreamIo::Core::worker() noexcept {
   for (;;) {
     std::shared_ptr<Op> op;
     {
-      std::unique_lock lock(mutex_);
-      ++idle_;
-      work_.wait(lock, [this] { return !queue_.empty(); });
-      --idle_;
-      op = std::move(queue_.front());
-      queue_.pop_front();
+      std::unique_lock lock(mutex);
+      ++idle;
+      while (queue.empty() && !stop) {
+        if (free_slots.empty() || running > 0) {
+          work.wait(lock);
+        } else if (work.wait_for(lock, kTrimIdleAfter) == std::cv_status::timeout &&
+                   queue.empty() && !stop && running == 0) {
+          // Nothing ran for a while: give the idle staging back.
+          std::vector<PinnedBuffer> buffers;
+          while (!free_slots.empty()) {
+            std::unique_ptr<StagingSlot> slot = std::move(free_slots.back());
+            free_slots.pop_back();
+            free_bytes -= slot->buffer.size();
+            free_slot_locked(std::move(slot), buffers);
+          }
+          lock.unlock();
+          buffers.clear();  // cuMemFreeHost, outside the lock
+          lock.lock();
+        }
+      }
+      --idle;
+      if (queue.empty()) {
+        break;  // stopping, and every op is done
+      }
+      op = std::move(queue.front());
+      queue.pop_front();
+      ++running;
     }
     run(*op);
+    finish(*op);
+    {
+      const std::lock_guard lock(mutex);
+      --running;
+    }
+    // Last: this may drop the device's last reference, and so destroy the
+    // StreamIo on this thread (it then detaches this thread, which leaves
+    // the loop at once; `this` lives on through the thread's reference).
+    op.reset();
   }
+  const std::lock_guard lock(mutex);
+  --threads_live;
 }
 
-void StreamIo::run(Op &op) noexcept {
+void StreamIo::Core::run(Op &op) noexcept {
+  const cuda::Driver &d = *cuda::driver();
+  const bool current = d.CtxSetCurrent(op.context) == cuda::kSuccess;
   if (op.staged) {
-    run_staged(op);
+    run_staged(op, current);
     return;
   }
-  const cuda::Driver &d = *cuda::driver();
   StreamRequest &r = op.request;
   ssize_t result = -EIO;
-  if (d.CtxSetCurrent(op.context) == cuda::kSuccess &&
-      (op.event == nullptr || d.EventSynchronize(op.event) == cuda::kSuccess)) {
+  if (current && (op.event == nullptr || d.EventSynchronize(op.event) == cuda::kSuccess)) {
     const TransferResult t = r.device->backend().transfer(r.dir, r.fd, *r.mapping, r.mapping_offset,
                                                           r.size, r.file_offset, r.policy);
     result =
@@ -257,184 +505,25 @@ void StreamIo::run(Op &op) noexcept {
     *r.bytes_done = result;
   }
   if (op.event != nullptr) {
-    try {
-      give_event(op.context, op.event);
-    } catch (...) {
-      (void)d.EventDestroy(op.event);
-    }
+    give_event(op.context, op.event);
   }
   // Release the stream: bytes_done is visible before the flag (seq_cst, as
-  // in store()).
-  std::atomic_ref<std::uint32_t>(*op.flag).store(op.value, std::memory_order_seq_cst);
-  try {
-    give_flag(op.flag);
-  } catch (...) {
-    // The flag leaks; the pool grows a new block if needed.
-  }
-  r = {};  // drop the registration and device references now
+  // in store()).  The flag can serve the next op at once: it only grows.
+  store(op.flag, op.value);
+  give_flag(op.flag);
 }
 
-StagingSlot *StreamIo::take_slot(std::size_t chunk) {
-  {
-    const std::lock_guard lock(mutex_);
-    const auto it =
-        std::find_if(free_slots_.begin(), free_slots_.end(),
-                     [chunk](const StagingSlot *s) { return s->buffer.size() >= chunk; });
-    if (it != free_slots_.end()) {
-      StagingSlot *slot = *it;
-      free_slots_.erase(it);
-      return slot;
-    }
-  }
-  auto slot = std::make_unique<StagingSlot>();
-  slot->buffer = PinnedBuffer(chunk);
-  slot->ready = take_flag();
-  slot->done = take_flag();
-  const std::lock_guard lock(mutex_);
-  slots_.push_back(std::move(slot));
-  return slots_.back().get();
-}
-
-void StreamIo::give_slots(std::vector<StagingSlot *> &slots) {
-  const std::lock_guard lock(mutex_);
-  free_slots_.insert(free_slots_.end(), slots.begin(), slots.end());
-  slots.clear();
-}
-
-// Compat targets: the copies between staging and device memory go into the
-// user's stream now, in order, each behind a wait for the I/O thread's
-// "ready" flag (reads) or ahead of its "done" write (writes).  The I/O
-// threads then never issue GPU work themselves, so nothing they do can
-// queue behind the stream they are holding (implicit synchronisation,
-// shared hardware queues).  The I/O thread starts before the chain is
-// issued: a long chain can fill the stream's queue, and only the I/O thread
-// lets it drain.  Returns false, keeping @p owned, when the generic path
-// will do (nothing to copy); otherwise the op is handed to its I/O thread.
-bool StreamIo::enqueue_staged(std::shared_ptr<Op> &owned, CUstream_st *stream) {
-  // Shared with the I/O thread, which may finish before this function returns.
-  const std::shared_ptr<Op> keep = owned;
-  Op &op = *keep;
-  const cuda::Driver &d = *cuda::driver();
-  StreamRequest &r = op.request;
-  op.length = r.size;
-  if (r.dir == Direction::read) {
-    // The copies' sizes are fixed now: reads stop at the end of file as it is.
-    struct stat st = {};
-    if (::fstat(r.fd, &st) == 0 && S_ISREG(st.st_mode)) {
-      const auto file_size = static_cast<std::uint64_t>(st.st_size);
-      op.length = r.file_offset >= file_size ? 0
-                                             : static_cast<std::size_t>(std::min<std::uint64_t>(
-                                                   r.size, file_size - r.file_offset));
-    }
-  }
-  if (op.length == 0) {
-    return false;
-  }
-  const CopyPoolConfig config = copy_pool_config(r.device->options());
-  const std::size_t block = r.policy.direct ? std::max<std::size_t>(r.policy.offset_align, 1) : 1;
-  const std::size_t chunk = r.policy.direct ? config.direct_chunk : config.chunk;
-  op.chunk = std::max(block, chunk / block * block);
-  op.base = r.file_offset - r.file_offset % block;
-  op.count =
-      static_cast<std::size_t>((r.file_offset + op.length - op.base + op.chunk - 1) / op.chunk);
-  const std::size_t k = std::min(op.count, std::clamp<std::size_t>(config.depth * 2, 2, 8));
-  try {
-    for (std::size_t i = 0; i < k; ++i) {
-      op.slots.push_back(take_slot(op.chunk));
-      op.ready_base.push_back(load(op.slots.back()->ready));
-      op.done_base.push_back(load(op.slots.back()->done));
-    }
-    if (r.dir == Direction::read) {
-#ifndef PHX_BREAK_STREAM_ORDER
-      op.event = take_event(op.context);
-      if (const cuda::CUresult e = d.EventRecord(op.event, stream); e != cuda::kSuccess) {
-        give_event(op.context, op.event);
-        op.event = nullptr;
-        cuda::check(e, "cuEventRecord");
-      }
-#endif
-    }
-  } catch (...) {
-    give_slots(op.slots);  // nothing is in the stream yet
-    throw;
-  }
-  op.staged = true;
-  const auto device_ptr = [&d](std::uint32_t *flag) {
-    cuda::CUdeviceptr p = 0;
-    cuda::check(d.MemHostGetDevicePointer(&p, flag, 0), "cuMemHostGetDevicePointer");
-    return p;
-  };
-  const cuda::CUdeviceptr device =
-      cuda::CUdeviceptr{r.mapping->device_address()} + cuda::CUdeviceptr{r.mapping_offset};
-  [[maybe_unused]] const Direction dir = r.dir;  // unused in the broken-order test build
-  enqueue(std::move(owned));  // the I/O thread starts; both only read the op from here
-  try {
-    std::vector<std::uint32_t> uses(k, 0);
-    for (std::size_t i = 0; i < op.count; ++i) {
-      const std::size_t s = i % k;
-      const auto j = static_cast<std::uint32_t>(i / k);
-      StagingSlot &slot = *op.slots[s];
-      std::uint64_t offset = 0;
-      std::size_t size = 0;
-      op.range(i, offset, size);
-      const cuda::CUdeviceptr target = device + (offset - r.file_offset);
-      if (r.dir == Direction::read) {
-#ifndef PHX_BREAK_STREAM_ORDER
-        cuda::check(d.StreamWaitValue32(stream, device_ptr(slot.ready), op.ready_base[s] + j + 1,
-                                        cuda::kStreamWaitValueGeq),
-                    "cuStreamWaitValue32");
-#endif
-        cuda::check(d.MemcpyHtoDAsync(target, slot.buffer.data(), size, stream),
-                    "cuMemcpyHtoDAsync");
-      } else {
-#ifndef PHX_BREAK_STREAM_ORDER
-        if (j > 0) {  // the slot's previous chunk is in the file
-          cuda::check(d.StreamWaitValue32(stream, device_ptr(slot.ready), op.ready_base[s] + j,
-                                          cuda::kStreamWaitValueGeq),
-                      "cuStreamWaitValue32");
-        }
-#endif
-        cuda::check(d.MemcpyDtoHAsync(slot.buffer.data(), target, size, stream),
-                    "cuMemcpyDtoHAsync");
-      }
-      cuda::check(d.StreamWriteValue32(stream, device_ptr(slot.done), op.done_base[s] + j + 1,
-                                       cuda::kStreamWriteValueDefault),
-                  "cuStreamWriteValue32");
-      uses[s] = j + 1;
-    }
-#ifndef PHX_BREAK_STREAM_ORDER
-    if (dir == Direction::write) {
-      // The stream goes on once every chunk is in the file.
-      for (std::size_t s = 0; s < k; ++s) {
-        cuda::check(d.StreamWaitValue32(stream, device_ptr(op.slots[s]->ready),
-                                        op.ready_base[s] + uses[s], cuda::kStreamWaitValueGeq),
-                    "cuStreamWaitValue32");
-      }
-    }
-#endif
-  } catch (...) {
-    // Part of the chain may be in the stream already: the I/O thread
-    // releases every flag and reports EIO through bytes_done.
-    op.abandoned.store(true, std::memory_order_release);
-  }
-  return true;
-}
-
-void StreamIo::run_staged(Op &op) noexcept {
+void StreamIo::Core::run_staged(Op &op, bool current) noexcept {
   const cuda::Driver &d = *cuda::driver();
   StreamRequest &r = op.request;
   const std::size_t k = op.slots.size();
   int error = 0;
-  bool stop = false;
+  bool stop_io = false;
   std::size_t total = 0;
-  if (op.event != nullptr) {
-    if (d.CtxSetCurrent(op.context) != cuda::kSuccess ||
-        d.EventSynchronize(op.event) != cuda::kSuccess) {
-      error = EIO;
-      stop = true;
-    }
+  if (op.event != nullptr && (!current || d.EventSynchronize(op.event) != cuda::kSuccess)) {
+    error = EIO;
+    stop_io = true;
   }
-  const std::atomic<bool> *abandoned = &op.abandoned;
   bool gave_up = false;
   std::vector<std::uint32_t> uses(k, 0);
   for (std::size_t i = 0; i < op.count && !gave_up; ++i) {
@@ -446,36 +535,34 @@ void StreamIo::run_staged(Op &op) noexcept {
     op.range(i, offset, size);
     if (r.dir == Direction::read) {
       // The stream copied the slot's previous chunk out.
-      if (!wait_at_least(slot.done, op.done_base[s] + j, abandoned)) {
+      if (!wait_at_least(slot.done, op.done_base[s] + j, &op.chain)) {
         gave_up = true;
         break;
       }
-      if (!stop) {
+      if (!stop_io) {
         const TransferResult t =
             transfer(Direction::read, r.fd, slot.buffer.data(), size, offset, r.policy);
         total += t.done;
         if (t.error != 0) {
           error = t.error;
-          stop = true;
+          stop_io = true;
         } else if (t.done < size) {
-          stop = true;  // the file shrank since the read was enqueued
+          stop_io = true;  // the file shrank since the read was enqueued
         }
       }
     } else {
-#ifndef PHX_BREAK_STREAM_ORDER
       // The stream copied the chunk in.
-      if (!wait_at_least(slot.done, op.done_base[s] + j + 1, abandoned)) {
+      if (!op.ignore_order && !wait_at_least(slot.done, op.done_base[s] + j + 1, &op.chain)) {
         gave_up = true;
         break;
       }
-#endif
-      if (!stop) {
+      if (!stop_io) {
         const TransferResult t =
             transfer(Direction::write, r.fd, slot.buffer.data(), size, offset, r.policy);
         total += t.done;
         if (t.error != 0 || t.done < size) {
           error = t.error != 0 ? t.error : EIO;
-          stop = true;
+          stop_io = true;
         }
       }
     }
@@ -497,44 +584,283 @@ void StreamIo::run_staged(Op &op) noexcept {
       store(op.slots[s]->ready,
             op.ready_base[s] + static_cast<std::uint32_t>((op.count + k - 1 - s) / k));
     }
-    op.slots.clear();
+    leak_slots(op.slots);
   }
-  // The slots go back once the stream has finished with them.
+  // The slots go back once the stream has finished with them, and once the
+  // submitter no longer reads them (a write's final waits come after its
+  // last copy).
   for (std::size_t s = 0; s < op.slots.size(); ++s) {
     (void)wait_at_least(op.slots[s]->done, op.done_base[s] + uses[s]);
   }
+  op.chain.wait(kIssuing, std::memory_order_acquire);
   if (op.event != nullptr) {
-    try {
-      give_event(op.context, op.event);
-    } catch (...) {
-      (void)d.EventDestroy(op.event);
+    give_event(op.context, op.event);
+  }
+  give_slots(op.slots);
+}
+
+void StreamIo::Core::finish(Op &op) noexcept {
+  // The submitter may still be putting the chain's end in the stream.
+  op.chain.wait(kIssuing, std::memory_order_acquire);
+  if (op.tail != nullptr) {
+    retire_tail(op.context, op.tail);
+  } else {
+    const std::lock_guard lock(mutex);
+    keep_flags = true;  // nothing tells when the stream is past the op's waits
+  }
+}
+
+// Caller holds the mutex and took the slot out of `free_slots` (and
+// `free_bytes`) if it was there.  The flags go back to their pool; the
+// buffer is freed by the caller once it dropped the mutex (cuMemFreeHost
+// is slow).
+void StreamIo::Core::free_slot_locked(std::unique_ptr<StagingSlot> slot,
+                                      std::vector<PinnedBuffer> &buffers) noexcept {
+  held -= slot->buffer.size();
+  try {
+    free_flags.push_back(slot->ready);
+    free_flags.push_back(slot->done);
+    buffers.push_back(std::move(slot->buffer));
+  } catch (...) {
+    // Freed here then, under the lock; a flag may be lost to the pool.
+  }
+}
+
+// Waiting here cannot deadlock: the slots in use belong to ops that are
+// queued for a worker (or about to be, by threads that do not wait for this
+// one), and they come back once those ops' streams have copied them.
+// Every op fits in the budget (enqueue_staged sizes it so), so once all of
+// them are back the wait ends.
+std::vector<std::unique_ptr<StagingSlot>> StreamIo::Core::take_slots(std::size_t k,
+                                                                     std::size_t size) {
+  std::vector<std::unique_ptr<StagingSlot>> taken;
+  taken.reserve(k);
+  std::vector<PinnedBuffer> trimmed;  // freed after the lock is dropped
+  std::size_t fresh = 0;
+  {
+    std::unique_lock lock(mutex);
+    const std::uint64_t ticket = next_ticket++;
+    // One O_DIRECT block may exceed a tiny budget: the op still runs.
+    const std::size_t budget = std::max(limits.staging_bytes, k * size);
+    const auto fits = [&] { return held - free_bytes + k * size <= budget; };
+    if (serving != ticket || !fits()) {
+      ++waits;
+      staging_changed.wait(lock, [&] { return serving == ticket && fits(); });
+    }
+    // Idle slots of the same size first; then idle slots of other sizes
+    // are freed until the new ones fit.
+    for (auto it = free_slots.begin(); it != free_slots.end() && taken.size() < k;) {
+      if ((*it)->buffer.size() == size) {
+        free_bytes -= size;
+        taken.push_back(std::move(*it));
+        it = free_slots.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    fresh = k - taken.size();
+    while (held + fresh * size > budget && !free_slots.empty()) {
+      std::unique_ptr<StagingSlot> slot = std::move(free_slots.back());
+      free_slots.pop_back();
+      free_bytes -= slot->buffer.size();
+      free_slot_locked(std::move(slot), trimmed);
+    }
+    held += fresh * size;  // reserved now, allocated below
+    peak = std::max(peak, held);
+    ++serving;
+  }
+  staging_changed.notify_all();
+  std::size_t made = 0;
+  try {
+    for (; made < fresh; ++made) {
+      auto slot = std::make_unique<StagingSlot>();
+      slot->ready = take_flag();
+      try {
+        slot->done = take_flag();
+        slot->buffer = PinnedBuffer(size);
+      } catch (...) {
+        give_flag(slot->ready);
+        if (slot->done != nullptr) {
+          give_flag(slot->done);
+        }
+        throw;
+      }
+      taken.push_back(std::move(slot));  // reserved: does not throw
+    }
+  } catch (...) {
+    {
+      const std::lock_guard lock(mutex);
+      held -= (fresh - made) * size;
+    }
+    give_slots(taken);
+    throw;
+  }
+  return taken;
+}
+
+void StreamIo::Core::give_slots(std::vector<std::unique_ptr<StagingSlot>> &slots) noexcept {
+  if (slots.empty()) {
+    return;
+  }
+  std::vector<PinnedBuffer> dropped;
+  {
+    const std::lock_guard lock(mutex);
+    for (auto &slot : slots) {
+      try {
+        free_slots.push_back(std::move(slot));
+        free_bytes += free_slots.back()->buffer.size();
+      } catch (...) {
+        free_slot_locked(std::move(slot), dropped);
+      }
     }
   }
+  slots.clear();
+  staging_changed.notify_all();
+}
+
+void StreamIo::Core::leak_slots(std::vector<std::unique_ptr<StagingSlot>> &slots) noexcept {
+  {
+    const std::lock_guard lock(mutex);
+    for (auto &slot : slots) {
+      held -= slot->buffer.size();
+      leaked += slot->buffer.size();
+      (void)slot.release();  // NOLINT(bugprone-unused-return-value): deliberately leaked
+    }
+    keep_flags = true;  // their flags too
+  }
+  slots.clear();
+  staging_changed.notify_all();
+}
+
+// Compat targets: the copies between staging and device memory go into the
+// user's stream now, in order, each behind a wait for the I/O thread's
+// "ready" flag (reads) or ahead of its "done" write (writes).  The I/O
+// threads then never issue GPU work themselves, so nothing they do can
+// queue behind the stream they are holding (implicit synchronisation,
+// shared hardware queues).  The op is queued before the chain is issued: a
+// long chain can fill the stream's queue, and only the I/O thread lets it
+// drain.  Returns false when the generic path will do (nothing to copy);
+// otherwise the op is handed to its I/O thread.
+bool StreamIo::Core::enqueue_staged(const std::shared_ptr<Core> &self,
+                                    const std::shared_ptr<Op> &keep, CUstream_st *stream) {
+  // @p keep is shared with the I/O thread, which may finish before this returns.
+  Op &op = *keep;
+  const cuda::Driver &d = *cuda::driver();
+  StreamRequest &r = op.request;
+  op.length = r.size;
+  if (r.dir == Direction::read) {
+    // The copies' sizes are fixed now: reads stop at the end of file as it is.
+    struct stat st = {};
+    if (::fstat(r.fd, &st) == 0 && S_ISREG(st.st_mode)) {
+      const auto file_size = static_cast<std::uint64_t>(st.st_size);
+      op.length = r.file_offset >= file_size ? 0
+                                             : static_cast<std::size_t>(std::min<std::uint64_t>(
+                                                   r.size, file_size - r.file_offset));
+    }
+  }
+  if (op.length == 0) {
+    return false;
+  }
+  // No slot is larger than the whole budget (but one O_DIRECT block): an op
+  // larger than the budget cycles through fewer, smaller slots.
+  const std::size_t block = r.policy.direct ? std::max<std::size_t>(r.policy.offset_align, 1) : 1;
+  const std::size_t want =
+      std::min(r.policy.direct ? limits.direct_chunk : limits.chunk, limits.staging_bytes);
+  op.chunk = std::max(block, want / block * block);
+  op.base = r.file_offset - r.file_offset % block;
+  op.count =
+      static_cast<std::size_t>((r.file_offset + op.length - op.base + op.chunk - 1) / op.chunk);
+  const std::size_t k =
+      std::min({op.count, limits.depth, std::max<std::size_t>(limits.staging_bytes / op.chunk, 1)});
+  op.slots = take_slots(k, op.chunk);
   try {
-    give_slots(op.slots);
+    for (const auto &slot : op.slots) {
+      op.ready_base.push_back(load(slot->ready));
+      op.done_base.push_back(load(slot->done));
+    }
+    if (r.dir == Direction::read && !op.ignore_order) {
+      op.event = take_event(op.context);
+      if (const cuda::CUresult e = d.EventRecord(op.event, stream); e != cuda::kSuccess) {
+        give_event(op.context, op.event);
+        op.event = nullptr;
+        cuda::check(e, "cuEventRecord");
+      }
+    }
   } catch (...) {
+    give_slots(op.slots);  // nothing is in the stream yet
+    throw;
   }
+  op.staged = true;
+  const auto device_ptr = [&d](std::uint32_t *flag) {
+    cuda::CUdeviceptr p = 0;
+    cuda::check(d.MemHostGetDevicePointer(&p, flag, 0), "cuMemHostGetDevicePointer");
+    return p;
+  };
+  const cuda::CUdeviceptr device =
+      cuda::CUdeviceptr{r.mapping->device_address()} + cuda::CUdeviceptr{r.mapping_offset};
+  const bool ordered = !op.ignore_order;
+  enqueue(self, keep);  // the I/O thread starts; both only read the op from here
+  try {
+    std::vector<std::uint32_t> uses(k, 0);
+    for (std::size_t i = 0; i < op.count; ++i) {
+      const std::size_t s = i % k;
+      const auto j = static_cast<std::uint32_t>(i / k);
+      StagingSlot &slot = *op.slots[s];
+      std::uint64_t offset = 0;
+      std::size_t size = 0;
+      op.range(i, offset, size);
+      const cuda::CUdeviceptr target = device + (offset - r.file_offset);
+      if (r.dir == Direction::read) {
+        if (ordered) {
+          cuda::check(d.StreamWaitValue32(stream, device_ptr(slot.ready), op.ready_base[s] + j + 1,
+                                          cuda::kStreamWaitValueGeq),
+                      "cuStreamWaitValue32");
+        }
+        cuda::check(d.MemcpyHtoDAsync(target, slot.buffer.data(), size, stream),
+                    "cuMemcpyHtoDAsync");
+      } else {
+        if (ordered && j > 0) {  // the slot's previous chunk is in the file
+          cuda::check(d.StreamWaitValue32(stream, device_ptr(slot.ready), op.ready_base[s] + j,
+                                          cuda::kStreamWaitValueGeq),
+                      "cuStreamWaitValue32");
+        }
+        cuda::check(d.MemcpyDtoHAsync(slot.buffer.data(), target, size, stream),
+                    "cuMemcpyDtoHAsync");
+      }
+      cuda::check(d.StreamWriteValue32(stream, device_ptr(slot.done), op.done_base[s] + j + 1,
+                                       cuda::kStreamWriteValueDefault),
+                  "cuStreamWriteValue32");
+      uses[s] = j + 1;
+    }
+    if (ordered && r.dir == Direction::write) {
+      // The stream goes on once every chunk is in the file.
+      for (std::size_t s = 0; s < k; ++s) {
+        cuda::check(d.StreamWaitValue32(stream, device_ptr(op.slots[s]->ready),
+                                        op.ready_base[s] + uses[s], cuda::kStreamWaitValueGeq),
+                    "cuStreamWaitValue32");
+      }
+    }
+    CUevent tail = take_event(op.context);
+    if (const cuda::CUresult e = d.EventRecord(tail, stream); e != cuda::kSuccess) {
+      give_event(op.context, tail);
+      cuda::check(e, "cuEventRecord");
+    }
+    op.tail = tail;
+    op.set_chain(kComplete);
+  } catch (...) {
+    // Part of the chain may be in the stream already: the I/O thread
+    // releases every flag and reports EIO through bytes_done.
+    op.set_chain(kAbandoned);
+  }
+  return true;
 }
 
-// Fallback when the driver refuses stream memory operations: the paper's
-// way, a host function that holds the stream until the flag is set.
-struct HostWait {
-  std::uint32_t *flag;
-  std::uint32_t value;
-};
-[[maybe_unused]] void wait_flag(void *arg) {
-  std::unique_ptr<HostWait> w(static_cast<HostWait *>(arg));
-  std::atomic_ref<std::uint32_t> flag(*w->flag);
-  while (static_cast<std::int32_t>(flag.load(std::memory_order_acquire) - w->value) < 0) {
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
-}
-
-void StreamIo::submit(StreamRequest request, CUstream_st *stream) {
+void StreamIo::Core::submit(const std::shared_ptr<Core> &self, StreamRequest request,
+                            CUstream_st *stream) {
   const cuda::Driver &d = *cuda::driver();
   // The legacy default stream (null) means the current context's: make
   // the device's primary context current for the lookup.
-  const CUcontext device_ctx = device_context(request.device->id());
+  const CUcontext device_ctx = device_context();
   const cuda::ScopedContext outer(device_ctx);
   CUcontext context = nullptr;
   cuda::check(d.StreamGetCtx(stream, &context), "cuStreamGetCtx");
@@ -554,44 +880,128 @@ void StreamIo::submit(StreamRequest request, CUstream_st *stream) {
   if (request.policy.chunk_size == 0) {
     request.policy.chunk_size = request.device->options().staging_bytes;
   }
+  ensure_worker(self);
   auto op = std::make_shared<Op>();
   op->request = std::move(request);
   op->context = context;
-  if (op->request.device->capabilities().staged && enqueue_staged(op, stream)) {
+  op->ignore_order = ignore_stream_order.load(std::memory_order_relaxed);
+  if (op->request.device->capabilities().staged && enqueue_staged(self, op, stream)) {
     return;
   }
-#ifndef PHX_BREAK_STREAM_ORDER
-  op->event = take_event(context);
-  if (const cuda::CUresult r = d.EventRecord(op->event, stream); r != cuda::kSuccess) {
-    give_event(context, op->event);
-    cuda::check(r, "cuEventRecord");
+  if (!op->ignore_order) {
+    op->event = take_event(context);
+    if (const cuda::CUresult r = d.EventRecord(op->event, stream); r != cuda::kSuccess) {
+      give_event(context, op->event);
+      cuda::check(r, "cuEventRecord");
+    }
   }
-#endif
-  op->flag = take_flag();
-  op->value = std::atomic_ref<std::uint32_t>(*op->flag).load(std::memory_order_relaxed) + 1;
-#ifndef PHX_BREAK_STREAM_ORDER
-  cuda::CUdeviceptr flag_device = 0;
-  cuda::CUresult r = d.MemHostGetDevicePointer(&flag_device, op->flag, 0);
-  if (r == cuda::kSuccess) {
-    r = d.StreamWaitValue32(stream, flag_device, op->value, cuda::kStreamWaitValueGeq);
+  try {
+    op->flag = take_flag();
+    op->value = load(op->flag) + 1;
+    if (!op->ignore_order) {
+      cuda::CUdeviceptr flag_device = 0;
+      cuda::CUresult r = d.MemHostGetDevicePointer(&flag_device, op->flag, 0);
+      if (r == cuda::kSuccess) {
+        r = d.StreamWaitValue32(stream, flag_device, op->value, cuda::kStreamWaitValueGeq);
+      }
+      if (r != cuda::kSuccess) {
+        auto wait = std::make_unique<HostWait>(HostWait{op->flag, op->value});
+        cuda::check(d.LaunchHostFunc(stream, wait_flag, wait.get()), "cuLaunchHostFunc");
+        (void)wait.release();  // wait_flag owns it now
+      }
+    }
+  } catch (...) {
+    if (op->flag != nullptr) {
+      give_flag(op->flag);
+    }
+    if (op->event != nullptr) {
+      give_event(context, op->event);  // recorded, never waited on: reusable
+    }
+    throw;
   }
-  if (r != cuda::kSuccess) {
-    auto wait = std::make_unique<HostWait>(HostWait{op->flag, op->value});
-    cuda::check(d.LaunchHostFunc(stream, wait_flag, wait.get()), "cuLaunchHostFunc");
-    (void)wait.release();  // wait_flag owns it now
-  }
-#endif
   // From here the stream waits for the flag: the op must run, whatever happens.
-  enqueue(std::move(op));
+  try {
+    CUevent tail = take_event(context);
+    if (d.EventRecord(tail, stream) == cuda::kSuccess) {
+      op->tail = tail;
+    } else {
+      give_event(context, tail);
+    }
+  } catch (...) {
+    // No tail: finish() keeps the flags for the process's life.
+  }
+  op->set_chain(kComplete);
+  enqueue(self, std::move(op));
+}
+
+void StreamIo::Core::stop_and_join() noexcept {
+  std::vector<std::thread> joining;
+  {
+    const std::lock_guard lock(mutex);
+    stop = true;
+    joining.swap(threads);
+  }
+  work.notify_all();
+  for (std::thread &t : joining) {
+    if (t.get_id() == std::this_thread::get_id()) {
+      // The device's last reference went with this worker's op: it leaves
+      // its loop as soon as this returns, holding the Core until then.
+      t.detach();
+    } else {
+      t.join();
+    }
+  }
+}
+
+StreamIoStats StreamIo::Core::stats() const {
+  const std::lock_guard lock(mutex);
+  StreamIoStats s;
+  s.threads_created = threads_created;
+  s.threads_live = threads_live;
+  s.staging_held = held;
+  s.staging_peak = peak;
+  s.staging_waits = waits;
+  s.staging_leaked = leaked;
+  return s;
+}
+
+namespace {
+
+StreamLimits normalized(StreamLimits limits) noexcept {
+  constexpr std::size_t kPage = 4096;
+  limits.workers = std::max<std::size_t>(limits.workers, 1);
+  limits.depth = std::max<std::size_t>(limits.depth, 1);
+  limits.chunk = std::max(limits.chunk, kPage);
+  limits.direct_chunk = std::max(limits.direct_chunk, kPage);
+  limits.staging_bytes = std::max(limits.staging_bytes, kPage);
+  return limits;
 }
 
 }  // namespace
+
+StreamIo::StreamIo(int device_id, const StreamLimits &limits)
+    : limits_(normalized(limits)), core_(std::make_shared<Core>(device_id, limits_)) {}
+
+StreamIo::~StreamIo() {
+  core_->stop_and_join();
+}
+
+void StreamIo::submit(StreamRequest request, CUstream_st *stream) {
+  core_->submit(core_, std::move(request), stream);
+}
+
+StreamIoStats StreamIo::stats() const {
+  return core_->stats();
+}
 
 void submit_stream_ordered(StreamRequest request, CUstream_st *stream) {
   if (cuda::driver() == nullptr) {
     throw_errno(ENOTSUP, "stream-ordered I/O needs CUDA: " + cuda::unavailable_reason());
   }
-  StreamIo::instance().submit(std::move(request), stream);
+  // Held for the call, so the device (and its StreamIo) outlives the submit
+  // even when the op finishes first and drops its reference.
+  const std::shared_ptr<DeviceState> device = request.device;
+  device->stream_io().submit(std::move(request), stream);
 }
 
 }  // namespace phx::detail
@@ -603,6 +1013,21 @@ void submit_stream_ordered(StreamRequest request, CUstream_st *stream) {
 #include "core/error.hpp"
 
 namespace phx::detail {
+
+struct StreamIo::Core {};
+
+StreamIo::StreamIo(int /*device_id*/, const StreamLimits &limits)
+    : limits_(limits), core_(std::make_shared<Core>()) {}
+
+StreamIo::~StreamIo() = default;
+
+void StreamIo::submit(StreamRequest /*request*/, CUstream_st * /*stream*/) {
+  throw_errno(ENOTSUP, "stream-ordered I/O needs a libphoenix built with CUDA (PHX_WITH_CUDA)");
+}
+
+StreamIoStats StreamIo::stats() const {
+  return {};
+}
 
 void submit_stream_ordered(StreamRequest /*request*/, CUstream_st * /*stream*/) {
   throw_errno(ENOTSUP, "stream-ordered I/O needs a libphoenix built with CUDA (PHX_WITH_CUDA)");

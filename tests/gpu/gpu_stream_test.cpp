@@ -1,18 +1,23 @@
 // SPDX-License-Identifier: MIT
 // Stream-ordered I/O: the stream's order must hold both ways, and I/Os on
-// different streams must run at the same time.  A libphoenix built with
-// -DPHX_BREAK_STREAM_ORDER=ON (scripts/gpu-check --broken-order) must fail
-// the ordering tests: that shows they test something.
+// different streams must run at the same time.  With
+// PHX_TEST_IGNORE_STREAM_ORDER=1 in the environment these tests set the
+// library's test seam (io/stream_io_testing.hpp) that skips the ordering
+// waits, and the ordering tests must then fail: that shows they test
+// something (scripts/gpu-check --broken-order).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "gpu_support.hpp"
+#include "io/stream_io_testing.hpp"
 #include "kernels.hpp"
 #include "phoenix/phoenix.h"
 #include "phoenix/phoenix.hpp"
@@ -29,9 +34,16 @@ class StreamOrder : public GpuTest {
     if (IsSkipped()) {
       return;
     }
+    // The negative control: read by the test only, never by the library.
+    // NOLINTNEXTLINE(concurrency-mt-unsafe): read before any thread of the test starts
+    if (const char *v = std::getenv("PHX_TEST_IGNORE_STREAM_ORDER");
+        v != nullptr && std::string_view(v) == "1") {
+      detail::testing::set_ignore_stream_order(true);
+    }
     CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
   void TearDown() override {
+    detail::testing::set_ignore_stream_order(false);
     if (stream_ != nullptr) {
       (void)cudaStreamDestroy(stream_);
     }
