@@ -23,13 +23,14 @@ void bind(void *lib, const char *symbol, Fn &fn) {
 }
 
 std::uint64_t dptr(const void *ptr) noexcept {
-  return reinterpret_cast<std::uintptr_t>(ptr);  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
+  return reinterpret_cast<std::uintptr_t>(
+      ptr);  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
 }
 
-constexpr int kNoDevice = 100;        // CUDA_ERROR_NO_DEVICE
-constexpr int kInvalidDevice = 101;   // CUDA_ERROR_INVALID_DEVICE
-constexpr int kNotInitialized = 3;    // CUDA_ERROR_NOT_INITIALIZED
-constexpr int kInsufficient = 35;     // CUDA_ERROR_INSUFFICIENT_DRIVER
+constexpr int kNoDevice = 100;       // CUDA_ERROR_NO_DEVICE
+constexpr int kInvalidDevice = 101;  // CUDA_ERROR_INVALID_DEVICE
+constexpr int kNotInitialized = 3;   // CUDA_ERROR_NOT_INITIALIZED
+constexpr int kInsufficient = 35;    // CUDA_ERROR_INSUFFICIENT_DRIVER
 
 }  // namespace
 
@@ -89,7 +90,8 @@ void CudaDriver::check(int result, const std::string &what) const {
 void *CudaDriver::alloc(std::size_t bytes) {
   std::uint64_t ptr = 0;
   check(alloc_(&ptr, bytes), "cuMemAlloc(" + std::to_string(bytes) + ")");
-  return reinterpret_cast<void *>(ptr);  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast,performance-no-int-to-ptr)
+  return reinterpret_cast<void *>(
+      ptr);  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast,performance-no-int-to-ptr)
 }
 
 void CudaDriver::free(void *ptr) noexcept {

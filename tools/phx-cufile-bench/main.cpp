@@ -126,7 +126,7 @@ ordered_json exception_error(const char *call, const std::exception &e) {
 
 ordered_json stats(const std::vector<double> &samples) {
   const phxtools::SampleSummary s = phxtools::summarize(samples);
-  return {{"count", s.count}, {"first_us", s.first}, {"min_us", s.min},  {"p50_us", s.p50},
+  return {{"count", s.count}, {"first_us", s.first}, {"min_us", s.min}, {"p50_us", s.p50},
           {"p99_us", s.p99},  {"mean_us", s.mean},   {"max_us", s.max}};
 }
 
@@ -189,7 +189,8 @@ void buf_register(const Options &o, phxcufile::Library &lib, phxcufile::CudaDriv
         } else if (phx.device) {
           try {
             auto t = Clock::now();
-            std::optional<phx::Registration> registration(phx.device->register_memory(buf->data(), size));
+            std::optional<phx::Registration> registration(
+                phx.device->register_memory(buf->data(), size));
             const double reg_us = us_since(t);
             t = Clock::now();
             registration.reset();
@@ -236,8 +237,7 @@ struct CallResult {
 bool call_overhead(const Options &o, phxcufile::Library &lib, phxcufile::CudaDriver &cuda,
                    PhxSide &phx, Records &out) {
   if (o.file.empty()) {
-    out.emit("call_overhead", "cufile",
-             {{"status", "unavailable"}, {"reason", "no --file given"}});
+    out.emit("call_overhead", "cufile", {{"status", "unavailable"}, {"reason", "no --file given"}});
     return false;
   }
   const std::uint64_t asked = phxtools::parse_size(o.file_size);
@@ -296,8 +296,8 @@ bool call_overhead(const Options &o, phxcufile::Library &lib, phxcufile::CudaDri
     std::optional<phx::Registration> reg;
     res[1].error = file_error;
     if (!phx.device) {
-      res[1].error = ordered_json{{"status", "error"},
-                                  {"error", {{"call", "phx::Device::open"}, {"message", "not open"}}}};
+      res[1].error = ordered_json{
+          {"status", "error"}, {"error", {{"call", "phx::Device::open"}, {"message", "not open"}}}};
     }
     if (!res[1].error) {
       try {
@@ -308,20 +308,20 @@ bool call_overhead(const Options &o, phxcufile::Library &lib, phxcufile::CudaDri
     }
     // One call of either API; false (and the error kept) when it failed.
     const std::function<bool(int, std::uint64_t, bool)> call = [&](int api, std::uint64_t off,
-                                                                  bool timed) {
+                                                                   bool timed) {
       const auto t = Clock::now();
       if (api == 0) {
         const ssize_t n = lib.read(fh, buf.data(), size, static_cast<off_t>(off), 0);
         const double us = us_since(t);
         if (n != static_cast<ssize_t>(size)) {
-          res[0].error = ordered_json{
-              {"status", "error"},
-              {"error",
-               {{"call", "cuFileRead"},
-                {"returned", n},
-                {"name", n == -1 ? std::string(std::strerror(errno))
-                                 : n < 0 ? phxcufile::error_name(static_cast<int>(-n))
-                                         : std::string("short read")}}}};
+          res[0].error =
+              ordered_json{{"status", "error"},
+                           {"error",
+                            {{"call", "cuFileRead"},
+                             {"returned", n},
+                             {"name", n == -1 ? std::string(std::strerror(errno))
+                                      : n < 0 ? phxcufile::error_name(static_cast<int>(-n))
+                                              : std::string("short read")}}}};
           return false;
         }
         if (timed) {
@@ -404,9 +404,10 @@ bool call_overhead(const Options &o, phxcufile::Library &lib, phxcufile::CudaDri
       body["verify"] = res[api].verify;
       out.emit("call", api == 0 ? "cufile" : "phx", body);
     }
-    ordered_json diff = {{"size", size}, {"goal_us", size == kGoalBytes ? ordered_json(kGoalUs) : ordered_json()}};
-    const bool both = !res[0].error && !res[1].error && !res[0].samples.empty() &&
-                      !res[1].samples.empty();
+    ordered_json diff = {{"size", size},
+                         {"goal_us", size == kGoalBytes ? ordered_json(kGoalUs) : ordered_json()}};
+    const bool both =
+        !res[0].error && !res[1].error && !res[0].samples.empty() && !res[1].samples.empty();
     if (both) {
       const auto a = phxtools::summarize(res[0].samples);
       const auto b = phxtools::summarize(res[1].samples);
@@ -414,7 +415,8 @@ bool call_overhead(const Options &o, phxcufile::Library &lib, phxcufile::CudaDri
       diff["phx_p50_us"] = b.p50;
       diff["overhead_p50_us"] = a.p50 - b.p50;
       diff["overhead_p99_us"] = a.p99 - b.p99;
-      diff["within_goal"] = size == kGoalBytes ? ordered_json(a.p50 - b.p50 < kGoalUs) : ordered_json();
+      diff["within_goal"] =
+          size == kGoalBytes ? ordered_json(a.p50 - b.p50 < kGoalUs) : ordered_json();
     } else {
       diff["status"] = "error";
       diff["error"] = {{"message", "one of the two calls did not run (see its call record)"}};
@@ -467,7 +469,8 @@ int run(const Options &o) {
   auto t = Clock::now();
   const phxcufile::Status os = lib->driver_open();
   const double open_us = us_since(t);
-  ordered_json open_body = os.err != 0 ? cufile_error("cuFileDriverOpen", os) : ordered_json::object();
+  ordered_json open_body =
+      os.err != 0 ? cufile_error("cuFileDriverOpen", os) : ordered_json::object();
   open_body["open_us"] = open_us;
   if (wants(o, "driver_open")) {
     out.emit("driver_open", "cufile", open_body);
@@ -504,7 +507,8 @@ int run(const Options &o) {
   if (os.err == 0) {
     t = Clock::now();
     const phxcufile::Status cs = lib->driver_close();
-    ordered_json body = cs.err != 0 ? cufile_error("cuFileDriverClose", cs) : ordered_json::object();
+    ordered_json body =
+        cs.err != 0 ? cufile_error("cuFileDriverClose", cs) : ordered_json::object();
     body["close_us"] = us_since(t);
     out.emit("driver_close", "cufile", body);
   }
