@@ -27,8 +27,12 @@ SampleSummary summarize(std::vector<double> samples) {
   s.min = samples.front();
   s.max = samples.back();
   s.p50 = samples[(s.count - 1) / 2];
-  const auto rank = static_cast<std::size_t>(std::ceil(0.95 * static_cast<double>(s.count)));
-  s.p95 = samples[std::max<std::size_t>(rank, 1) - 1];
+  const auto nearest_rank = [&](double q) {
+    const auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(s.count)));
+    return samples[std::max<std::size_t>(rank, 1) - 1];
+  };
+  s.p95 = nearest_rank(0.95);
+  s.p99 = nearest_rank(0.99);
   return s;
 }
 

@@ -30,6 +30,7 @@ struct SampleSummary {
   double min = 0;
   double p50 = 0;  ///< the lower median: sample (count - 1) / 2 in order
   double p95 = 0;  ///< nearest rank
+  double p99 = 0;  ///< nearest rank
   double max = 0;
 };
 

@@ -23,7 +23,7 @@ TEST(Timing, SummaryKeepsTheFirstSampleAndOrdersTheRest) {
   EXPECT_DOUBLE_EQ(s.p95, 7.0);
 }
 
-TEST(Timing, P95IsTheNearestRank) {
+TEST(Timing, PercentilesAreTheNearestRank) {
   std::vector<double> samples;
   for (int i = 100; i >= 1; --i) {
     samples.push_back(i);
@@ -32,7 +32,9 @@ TEST(Timing, P95IsTheNearestRank) {
   EXPECT_DOUBLE_EQ(s.first, 100.0);
   EXPECT_DOUBLE_EQ(s.p50, 50.0);
   EXPECT_DOUBLE_EQ(s.p95, 95.0);
+  EXPECT_DOUBLE_EQ(s.p99, 99.0);
   EXPECT_DOUBLE_EQ(summarize({2.5}).p95, 2.5);
+  EXPECT_DOUBLE_EQ(summarize({2.5}).p99, 2.5);
 }
 
 TEST(Timing, NoSamplesIsAnError) {
