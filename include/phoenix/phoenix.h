@@ -192,7 +192,10 @@ PHXFS_API PHXFS_NODISCARD ssize_t phxfs_write(phxfs_fileid_t fid, const void *bu
  * by default (more wait their turn, oldest first).  With the compat engine
  * the call may block until earlier stream-ordered I/Os of the device give
  * back pinned staging (256 MiB per device by default), so a stream must
- * not wait, through host code, for an I/O enqueued after its own.
+ * not wait, through host code, for an I/O enqueued after its own.  The
+ * compat engine reads the file early (before the stream gets there) while
+ * no stream-ordered write is pending in the process; the bytes still reach
+ * device memory in stream order (docs/architecture.md).
  * Errors: as phxfs_read(); ENOTSUP in a build or on a machine without CUDA;
  * EINVAL a stream capturing a CUDA graph; EIO CUDA errors.
  */

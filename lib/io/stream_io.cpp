@@ -73,8 +73,25 @@ enum Chain : int {
   kAbandoned = 2,  // a CUDA call failed part way: the worker stops waiting for the stream
 };
 
+// Stream-ordered writes submitted in this process and not yet destroyed.
+// While there are none, no stream's earlier work can change a file, so a
+// compat read may read its file before its stream gets there: only the copy
+// into device memory has to wait, and that is in the stream already.
+std::atomic<std::size_t> pending_writes{0};
+
 // One in-flight stream-ordered I/O.
 struct Op {
+  Op() = default;
+  Op(const Op &) = delete;
+  Op &operator=(const Op &) = delete;
+  Op(Op &&) = delete;
+  Op &operator=(Op &&) = delete;
+  ~Op() {
+    if (counted_write) {
+      pending_writes.fetch_sub(1, std::memory_order_acq_rel);
+    }
+  }
+  bool counted_write = false;  // counted in pending_writes
   StreamRequest request;
   CUcontext context = nullptr;
   CUevent event = nullptr;  // prior stream work; null: nothing to wait for
@@ -778,7 +795,12 @@ bool StreamIo::Core::enqueue_staged(const std::shared_ptr<Core> &self,
       op.ready_base.push_back(load(slot->ready));
       op.done_base.push_back(load(slot->done));
     }
-    if (r.dir == Direction::read && !op.ignore_order) {
+    // A read waits for its stream's earlier work before it reads the file
+    // only when a stream-ordered write could be part of that work: 256
+    // stream-ordered 4 KiB reads took 47 ms against 2.4 ms for pread when
+    // each one first waited for the one before it (issue 26).
+    if (r.dir == Direction::read && !op.ignore_order &&
+        pending_writes.load(std::memory_order_acquire) != 0) {
       op.event = take_event(op.context);
       if (const cuda::CUresult e = d.EventRecord(op.event, stream); e != cuda::kSuccess) {
         give_event(op.context, op.event);
@@ -882,6 +904,10 @@ void StreamIo::Core::submit(const std::shared_ptr<Core> &self, StreamRequest req
   }
   ensure_worker(self);
   auto op = std::make_shared<Op>();
+  if (request.dir == Direction::write) {
+    pending_writes.fetch_add(1, std::memory_order_acq_rel);
+    op->counted_write = true;
+  }
   op->request = std::move(request);
   op->context = context;
   op->ignore_order = ignore_stream_order.load(std::memory_order_relaxed);

@@ -376,6 +376,34 @@ TEST_F(CompatEngine, WriteAsyncWritesWhatTheStreamProduced) {
   EXPECT_EQ(wrong, 0U) << "bytes of the file that are not what the stream wrote before";
 }
 
+// A read after a stream-ordered write of the same bytes, on the same stream,
+// reads what the write put there: reads go ahead of their stream only while
+// no stream-ordered write is pending.
+TEST_F(CompatEngine, ReadAsyncAfterWriteAsyncSeesTheWrite) {
+  constexpr std::size_t kSize = (std::size_t{6} << 20) + 4096;
+  write_pattern_file(dir_ / "f", kSize, kSeed);  // what an early read would see
+  const Zeroed source(kSize);
+  const Zeroed target(kSize);
+  File f(dir_ / "f", O_RDWR);
+  const FakeStream stream;
+  ssize_t wrote = -7;
+  ssize_t read = -7;
+  ASSERT_EQ(phx_fake_cuda_enqueue_fill(stream.get(), source.memory->device_pointer(), kSize, 0x3c,
+                                       200000),
+            0);
+  f.write_async(source.reg, 0, kSize, 0, &wrote, stream.get());
+  f.read_async(target.reg, 0, kSize, 0, &read, stream.get());
+  stream.synchronize();
+  ASSERT_EQ(wrote, static_cast<ssize_t>(kSize));
+  ASSERT_EQ(read, static_cast<ssize_t>(kSize));
+  const auto memory = target.memory->download();
+  std::size_t wrong = 0;
+  for (const std::byte b : memory) {
+    wrong += b != std::byte{0x3c} ? 1 : 0;
+  }
+  EXPECT_EQ(wrong, 0U) << "bytes read before the write before them reached the file";
+}
+
 // Opening, using and closing devices leaves no stream, event, pinned or
 // device memory or context behind (the first round may set up per-process
 // state, so the second is compared with the first).
