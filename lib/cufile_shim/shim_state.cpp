@@ -11,9 +11,11 @@
 #include <utility>
 #include <vector>
 
+#include "cufile_shim/bar_range.hpp"
 #include "cufile_shim/cuda_probe.hpp"
 #include "cufile_shim/errors.hpp"
 #include "cufile_shim/settings.hpp"
+#include "phxfs_ioctl.h"
 
 namespace phx::cufile_shim {
 namespace {
@@ -71,7 +73,7 @@ void Shim::ensure_open() {
 }
 
 CUfileOpError Shim::close() {
-  std::map<int, std::shared_ptr<phx::Device>> devices;
+  std::map<int, OpenDevice> devices;
   std::map<std::uintptr_t, CachedAllocation> cache;
   {
     const std::lock_guard lock(driver_mutex_);
@@ -99,7 +101,7 @@ long Shim::use_count() const {
   return opens_ + (implicit_ && opens_ == 0 ? 1 : 0);
 }
 
-std::shared_ptr<phx::Device> Shim::device(int device_id) {
+Shim::OpenDevice Shim::device(int device_id) {
   const std::lock_guard lock(driver_mutex_);
   if (auto it = devices_.find(device_id); it != devices_.end()) {
     return it->second;
@@ -112,14 +114,42 @@ std::shared_ptr<phx::Device> Shim::device(int device_id) {
                     "PHX_ENGINE=cufile asks for NVIDIA's libcufile, whose place this library "
                     "takes; unset it or name direct, compat or host");
   }
-  auto dev = std::make_shared<phx::Device>(phx::Device::open(device_id));
-  devices_.emplace(device_id, dev);
-  return dev;
+  OpenDevice d{std::make_shared<phx::Device>(phx::Device::open(device_id)), 0};
+  if (d.dev->engine() == phx::Engine::direct) {
+    const phx::ModuleDeviceInfo info = phx::query_module_device(device_id);
+    if (info.provider == PHXFS_PROVIDER_PCIBAR) {
+      d.pcibar_size = info.bar_size;
+    }
+  }
+  devices_.emplace(device_id, d);
+  return d;
+}
+
+void Shim::check_unknown_memory(int device_id, std::uintptr_t start, std::size_t size) {
+  const std::uint64_t bar_size = device(device_id).pcibar_size;
+  if (bar_size == 0) {
+    return;
+  }
+  const std::string what = "buffer " + hex(start) + " + " + std::to_string(size);
+  const std::string bar = "the " + std::to_string(bar_size) +
+                          "-byte PCI BAR phxfs serves as device " + std::to_string(device_id);
+  switch (classify_bar_range(bar_size, start, size, mapped_in_process(start, size))) {
+    case BarRange::inside:
+      return;
+    case BarRange::past_end:
+      throw ShimError(CU_FILE_CUDA_POINTER_RANGE_ERROR, what + " runs past the end of " + bar);
+    case BarRange::outside:
+      throw ShimError(CU_FILE_CUDA_POINTER_INVALID,
+                      what + " is neither CUDA memory nor an offset into " + bar);
+    case BarRange::host_memory:
+      throw ShimError(CU_FILE_CUDA_POINTER_INVALID,
+                      what + " is mapped in this process: host memory, not an offset into " + bar);
+  }
 }
 
 std::shared_ptr<const phx::Registration> Shim::register_range(int device_id, std::uintptr_t start,
                                                               std::size_t size) {
-  auto dev = device(device_id);
+  auto dev = device(device_id).dev;
   // NOLINTNEXTLINE(performance-no-int-to-ptr): the caller's device address
   auto *address = reinterpret_cast<void *>(start);
   return std::make_shared<const phx::Registration>(dev->register_memory(address, size));
@@ -192,6 +222,9 @@ void Shim::register_buffer(const void *address, std::size_t size) {
   const int device_id = info.device_id >= 0 ? info.device_id : settings().default_device;
   std::shared_ptr<const phx::Registration> reg;
   try {
+    if (!info.known) {
+      check_unknown_memory(device_id, start, size);
+    }
     reg = register_range(device_id, start, size);
   } catch (const std::system_error &e) {
     const int err = e.code().value();
@@ -248,10 +281,13 @@ Target Shim::resolve(const void *address, std::size_t size) {
   }
   // Memory CUDA does not know: registered for this I/O alone.  One at a
   // time, so that two threads' overlapping ranges do not collide.
-  Target t;
-  t.serial = std::unique_lock(serial_mutex_);
   const int device_id = info.device_id >= 0 ? info.device_id : settings().default_device;
+  Target t;
   try {
+    if (!info.known) {
+      check_unknown_memory(device_id, a, size);
+    }
+    t.serial = std::unique_lock(serial_mutex_);
     t.reg = register_range(device_id, a, size);
   } catch (const std::system_error &e) {
     throw ShimError(e.code().value() == EINVAL || e.code().value() == EEXIST

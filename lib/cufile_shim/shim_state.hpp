@@ -84,7 +84,19 @@ class Shim {
     std::shared_ptr<const phx::Registration> reg;
   };
 
-  std::shared_ptr<phx::Device> device(int device_id);
+  /// An opened device; pcibar_size is its BAR's size when phxfs serves it
+  /// with the PCI BAR provider (device addresses are BAR offsets), else 0.
+  struct OpenDevice {
+    std::shared_ptr<phx::Device> dev;
+    std::uint64_t pcibar_size = 0;
+  };
+  OpenDevice device(int device_id);
+  /// Memory CUDA does not know, about to be registered on @p device_id:
+  /// on a PCI BAR device it must lie inside the BAR and not be host memory
+  /// (bar_range.hpp); other engines prove it themselves (the host engine
+  /// that it is mapped, compat and NVIDIA's provider through CUDA).
+  /// Throws ShimError.
+  void check_unknown_memory(int device_id, std::uintptr_t start, std::size_t size);
   [[nodiscard]] std::shared_ptr<const phx::Registration> register_range(int device_id,
                                                                         std::uintptr_t start,
                                                                         std::size_t size);
@@ -95,8 +107,8 @@ class Shim {
   mutable std::mutex driver_mutex_;
   long opens_ = 0;
   bool implicit_ = false;
-  std::atomic<bool> active_{false};                      // opens_ > 0 || implicit_: no lock per I/O
-  std::map<int, std::shared_ptr<phx::Device>> devices_;  // under driver_mutex_
+  std::atomic<bool> active_{false};    // opens_ > 0 || implicit_: no lock per I/O
+  std::map<int, OpenDevice> devices_;  // under driver_mutex_
 
   mutable std::shared_mutex handles_mutex_;
   std::map<void *, std::shared_ptr<Handle>> handles_;

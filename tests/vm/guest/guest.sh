@@ -48,6 +48,30 @@ load_pcibar() {
 	insmod $here/phxfs.ko "pcibar=$bdf0@2,$bdf1@2" "$@"
 }
 
+# libphoenix-cufile's C client over the direct engine (tests/vm/cufile): no
+# CUDA; its device pointers are offsets into dev0's BAR.
+cufile_case() {
+	if ! load_pcibar; then
+		result cufile/client_direct fail "insmod phxfs pcibar=$bdf0@2,$bdf1@2"
+		return
+	fi
+	if $here/phx-cufile-test >/tmp/cufile.log 2>&1; then
+		skipped=$(grep '^SKIP' /tmp/cufile.log | tr -d '"\\' | tr '\n' ' ')
+		result cufile/client_direct pass "$(tail -n 1 /tmp/cufile.log | tr -d '"\\')${skipped:+; $skipped}"
+	else
+		result cufile/client_direct fail "$(grep -E 'failed|rror' /tmp/cufile.log | head -n 3 | tr -d '"\\' | tr '\n' ' ')"
+		cat /tmp/cufile.log
+	fi
+	rmmod phxfs
+}
+# --only 'cufile/*' (vm/run): that case alone.
+case "${PHX_ONLY:-}" in
+cufile/*)
+	cufile_case
+	exit $failed
+	;;
+esac
+
 # --- module lifecycle -------------------------------------------------------
 meminfo_kb() {
 	# meminfo_kb FIELD: after dropping caches, so only real allocations count
@@ -207,6 +231,11 @@ if [ -x $here/phx-gather-test ]; then
 		fi
 		rmmod phxfs
 	fi
+fi
+
+# --- libphoenix-cufile: a cuFile client over the direct engine ----------------
+if [ -x $here/phx-cufile-test ]; then
+	cufile_case
 fi
 
 # --- hardening: access control and the fuzzer (hardening.sh) -----------------
