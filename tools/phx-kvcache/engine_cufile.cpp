@@ -10,6 +10,7 @@
 // IoQueue), so the numbers are those of per-block reads.
 #include <fcntl.h>
 
+#include <cerrno>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -34,6 +35,17 @@ class CufileEngine final : public Engine {
       file_ = std::make_unique<File>(setup.file, O_RDONLY, 0, DirectIo::preferred);
     } catch (const std::system_error &e) {
       throw Unavailable(e.what());  // cuFile refusing this file system
+    }
+    // cuFile registers the file at its first read: refusing the file system
+    // (5027, ENOTSUP) shows there, and makes the engine unavailable here
+    // rather than a failed run.  The probe's block is overwritten by loads.
+    try {
+      (void)file_->read(reg_, 0, setup.block_size, 0);
+    } catch (const std::system_error &e) {
+      if (e.code().value() == ENOTSUP) {
+        throw Unavailable(e.what());
+      }
+      throw;
     }
   }
 
