@@ -141,21 +141,32 @@ class StagedMover final : public GatherMover {
     return s;
   }
 
+  // Starts the next request, in order, on a slot (@p slot): requests into
+  // memory lost since registration fail with EFAULT on the way.  False when
+  // none can start now: all started, no free slot, or @p in_flight at depth.
+  bool next_request(std::span<RequestOutcome> outcomes, std::size_t &next, std::size_t in_flight,
+                    std::size_t &slot) {
+    while (next < lost_.size() && !free_.empty() && in_flight < depth_) {
+      if (lost_[next] != 0) {
+        outcomes[next++] = {0, EFAULT};
+        continue;
+      }
+      slot = take_slot();
+      slots_[slot].request = next++;
+      return true;
+    }
+    return false;
+  }
+
   void read(std::span<const PlannedRequest> requests, std::span<RequestOutcome> outcomes) {
     std::vector<IoRequest> batch;
     std::size_t next = 0;
     while (next < requests.size() || queue_.outstanding() > 0) {
       batch.clear();
-      while (next < requests.size() && !free_.empty() &&
-             queue_.outstanding() + batch.size() < depth_) {
-        if (lost_[next] != 0) {
-          outcomes[next++] = {0, EFAULT};
-          continue;
-        }
-        const std::size_t s = take_slot();
-        const PlannedRequest &r = requests[next];
-        slots_[s].request = next++;
-        batch.push_back({IoOp::read, r.file, slots_[s].data, r.size, r.file_offset, s});
+      std::size_t slot = 0;
+      while (next_request(outcomes, next, queue_.outstanding() + batch.size(), slot)) {
+        const PlannedRequest &r = requests[slots_[slot].request];
+        batch.push_back({IoOp::read, r.file, slots_[slot].data, r.size, r.file_offset, slot});
       }
       queue_.submit(batch);
       copies_.clear();
@@ -184,16 +195,10 @@ class StagedMover final : public GatherMover {
     std::size_t next = 0;
     while (next < requests.size() || queue_.outstanding() > 0) {
       copies_.clear();
-      while (next < requests.size() && !free_.empty() &&
-             queue_.outstanding() + copies_.size() < depth_) {
-        if (lost_[next] != 0) {
-          outcomes[next++] = {0, EFAULT};
-          continue;
-        }
-        const std::size_t s = take_slot();
-        const PlannedRequest &r = requests[next];
-        slots_[s].request = next++;
-        copies_.push_back({s, false, reinterpret_cast<std::uintptr_t>(slots_[s].data),
+      std::size_t slot = 0;
+      while (next_request(outcomes, next, queue_.outstanding() + copies_.size(), slot)) {
+        const PlannedRequest &r = requests[slots_[slot].request];
+        copies_.push_back({slot, false, reinterpret_cast<std::uintptr_t>(slots_[slot].data),
                            device_address(r), r.size});
       }
       if (!copies_.empty()) {

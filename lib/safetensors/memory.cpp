@@ -36,6 +36,16 @@ class HostAllocation final : public Allocation {
   HostAllocation &operator=(HostAllocation &&) = delete;
 };
 
+// The tensor's size, once it is known to fit @p dst.  Throws EINVAL.
+std::size_t checked_size(const LoadedTensor &tensor, std::span<const std::byte> dst) {
+  const std::size_t size = tensor.info->size();
+  if (dst.size() < size) {
+    detail::throw_errno(EINVAL, "tensor \"" + tensor.info->name + "\": " + std::to_string(size) +
+                                    " bytes do not fit a buffer of " + std::to_string(dst.size()));
+  }
+  return size;
+}
+
 #if PHX_WITH_CUDA
 
 namespace cuda = detail::cuda;
@@ -171,11 +181,7 @@ int cuda_ordinal(int device) noexcept {
 }
 
 void copy_to_host(const LoadedTensor &tensor, std::span<std::byte> dst) {
-  const std::size_t size = tensor.info->size();
-  if (dst.size() < size) {
-    detail::throw_errno(EINVAL, "tensor \"" + tensor.info->name + "\": " + std::to_string(size) +
-                                    " bytes do not fit a buffer of " + std::to_string(dst.size()));
-  }
+  const std::size_t size = checked_size(tensor, dst);
   if (size == 0) {  // an empty span's data() may be null: nothing to copy
     return;
   }
@@ -212,11 +218,7 @@ int cuda_ordinal(int /*device*/) noexcept {
 }
 
 void copy_to_host(const LoadedTensor &tensor, std::span<std::byte> dst) {
-  const std::size_t size = tensor.info->size();
-  if (dst.size() < size) {
-    detail::throw_errno(EINVAL, "tensor \"" + tensor.info->name + "\": " + std::to_string(size) +
-                                    " bytes do not fit a buffer of " + std::to_string(dst.size()));
-  }
+  const std::size_t size = checked_size(tensor, dst);
   if (tensor.memory != MemoryKind::host) {
     detail::throw_errno(ENOTSUP, "tensor \"" + tensor.info->name +
                                      "\" is in GPU memory and libphoenix was built without CUDA");
