@@ -550,37 +550,24 @@ void StreamIo::Core::run_staged(Op &op, bool current) noexcept {
     std::uint64_t offset = 0;
     std::size_t size = 0;
     op.range(i, offset, size);
-    if (r.dir == Direction::read) {
-      // The stream copied the slot's previous chunk out.
-      if (!wait_at_least(slot.done, op.done_base[s] + j, &op.chain)) {
-        gave_up = true;
-        break;
-      }
-      if (!stop_io) {
-        const TransferResult t =
-            transfer(Direction::read, r.fd, slot.buffer.data(), size, offset, r.policy);
-        total += t.done;
-        if (t.error != 0) {
-          error = t.error;
-          stop_io = true;
-        } else if (t.done < size) {
-          stop_io = true;  // the file shrank since the read was enqueued
-        }
-      }
-    } else {
-      // The stream copied the chunk in.
-      if (!op.ignore_order && !wait_at_least(slot.done, op.done_base[s] + j + 1, &op.chain)) {
-        gave_up = true;
-        break;
-      }
-      if (!stop_io) {
-        const TransferResult t =
-            transfer(Direction::write, r.fd, slot.buffer.data(), size, offset, r.policy);
-        total += t.done;
-        if (t.error != 0 || t.done < size) {
-          error = t.error != 0 ? t.error : EIO;
-          stop_io = true;
-        }
+    // Reads wait until the stream copied the slot's previous chunk out;
+    // writes until it copied this chunk in.
+    const bool reading = r.dir == Direction::read;
+    if ((reading || !op.ignore_order) &&
+        !wait_at_least(slot.done, op.done_base[s] + j + (reading ? 0 : 1), &op.chain)) {
+      gave_up = true;
+      break;
+    }
+    if (!stop_io) {
+      const TransferResult t = transfer(r.dir, r.fd, slot.buffer.data(), size, offset, r.policy);
+      total += t.done;
+      if (t.error != 0) {
+        error = t.error;
+        stop_io = true;
+      } else if (t.done < size) {
+        // A read: the file shrank since it was enqueued.  A write: EIO.
+        error = reading ? 0 : EIO;
+        stop_io = true;
       }
     }
     if (i + 1 == op.count && r.bytes_done != nullptr) {
