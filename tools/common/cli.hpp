@@ -16,16 +16,15 @@ namespace phxtools {
 /// Takes an engine name among @p known (canonical names), old spellings
 /// included, and leaves the canonical one in the option.
 [[nodiscard]] inline CLI::Validator engine_option(std::vector<std::string> known) {
-  return CLI::Validator(
-      [known = std::move(known)](std::string &name) -> std::string {
-        try {
-          name = parse_engine_name(name, known);
-        } catch (const std::invalid_argument &e) {
-          return e.what();
-        }
-        return {};
-      },
-      "ENGINE");
+  return {[known = std::move(known)](std::string &name) -> std::string {
+            try {
+              name = parse_engine_name(name, known);
+            } catch (const std::invalid_argument &e) {
+              return e.what();
+            }
+            return {};
+          },
+          "ENGINE"};
 }
 
 }  // namespace phxtools

@@ -35,7 +35,8 @@ constexpr int kInsufficient = 35;    // CUDA_ERROR_INSUFFICIENT_DRIVER
 }  // namespace
 
 CudaDriver::CudaDriver(int ordinal) : ordinal_(ordinal) {
-  const char *name = std::getenv("PHX_CUDA_DRIVER");
+  // Read once, before any thread of the tool's or the library's starts.
+  const char *name = std::getenv("PHX_CUDA_DRIVER");  // NOLINT(concurrency-mt-unsafe)
   const std::string library = name != nullptr && *name != '\0' ? name : "libcuda.so.1";
   lib_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib_ == nullptr) {
@@ -90,8 +91,9 @@ void CudaDriver::check(int result, const std::string &what) const {
 void *CudaDriver::alloc(std::size_t bytes) {
   std::uint64_t ptr = 0;
   check(alloc_(&ptr, bytes), "cuMemAlloc(" + std::to_string(bytes) + ")");
-  return reinterpret_cast<void *>(
-      ptr);  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast,performance-no-int-to-ptr)
+  // Device addresses are integers in the driver API.
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-reinterpret-cast,performance-no-int-to-ptr)
+  return reinterpret_cast<void *>(ptr);
 }
 
 void CudaDriver::free(void *ptr) noexcept {

@@ -79,7 +79,7 @@ Library::Library(const std::string &name) {
   lib_ = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
   load_us_ = phxtools::us_since(started);
   if (lib_ == nullptr) {
-    const char *why = dlerror();
+    const char *why = dlerror();  // NOLINT(concurrency-mt-unsafe): one thread loads it
     throw std::runtime_error("dlopen(" + name + "): " + (why != nullptr ? why : "failed"));
   }
   try {

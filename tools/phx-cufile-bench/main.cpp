@@ -89,7 +89,7 @@ class Records {
     implementation_ = std::move(implementation);
   }
   // One line, flushed: a crash later keeps what was measured.
-  void emit(const std::string &kind, const std::string &api, ordered_json body) {
+  void emit(const std::string &kind, const std::string &api, const ordered_json &body) {
     ordered_json rec = {{"schema", "phx-cufile-bench/1"},
                         {"tool", "phx-cufile-bench"},
                         {"kind", kind},
@@ -132,6 +132,7 @@ ordered_json stats(const std::vector<double> &samples) {
 
 std::vector<std::uint64_t> sizes(const std::vector<std::string> &texts) {
   std::vector<std::uint64_t> out;
+  out.reserve(texts.size());
   for (const auto &t : texts) {
     out.push_back(phxtools::parse_size(t));
   }
@@ -275,11 +276,13 @@ bool call_overhead(const Options &o, phxcufile::Library &lib, phxcufile::CudaDri
   }
   bool wrong = false;
   for (const std::uint64_t size : sizes(o.io_sizes)) {
-    if (size > length) {
+    if (size == 0 || size > length) {
       out.emit("call", "cufile",
                {{"status", "error"},
                 {"size", size},
-                {"error", {{"call", "setup"}, {"message", "file shorter than the size"}}}});
+                {"error",
+                 {{"call", "setup"},
+                  {"message", size == 0 ? "size 0" : "file shorter than the size"}}}});
       continue;
     }
     const std::uint64_t slots = (length - size) / size + 1;
@@ -319,7 +322,7 @@ bool call_overhead(const Options &o, phxcufile::Library &lib, phxcufile::CudaDri
                            {"error",
                             {{"call", "cuFileRead"},
                              {"returned", n},
-                             {"name", n == -1 ? std::string(std::strerror(errno))
+                             {"name", n == -1 ? std::system_category().message(errno)
                                       : n < 0 ? phxcufile::error_name(static_cast<int>(-n))
                                               : std::string("short read")}}}};
           return false;
@@ -443,7 +446,9 @@ int run(const Options &o) {
   // gets the engine named.
   const std::optional<phx::Engine> engine = phxtools::library_engine(o.engine);
   if (o.engine != "auto") {
-    ::setenv("PHX_ENGINE", o.engine.c_str(), 1);
+    // The shim in this process chooses its engine from PHX_ENGINE, read once
+    // at its first call; nothing of the library's has run yet.
+    ::setenv("PHX_ENGINE", o.engine.c_str(), 1);  // NOLINT(concurrency-mt-unsafe)
   }
   std::unique_ptr<phxcufile::Library> lib;
   try {

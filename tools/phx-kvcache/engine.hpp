@@ -58,7 +58,7 @@ class Engine {
 /// The engines by their canonical names, in the order --help lists them.
 [[nodiscard]] const std::vector<std::string> &engine_names();
 
-[[nodiscard]] std::unique_ptr<Engine> make_engine(const std::string &name,
+[[nodiscard]] std::unique_ptr<Engine> make_engine(const std::string &given,
                                                   const EngineSetup &setup);
 
 [[nodiscard]] std::unique_ptr<Engine> make_gather_engine(const std::string &name,
