@@ -87,6 +87,19 @@ CopyPoolConfig copy_pool_config(const Options &options) noexcept {
   return c;
 }
 
+std::size_t chunk_for(std::size_t size, std::size_t block, std::size_t configured,
+                      std::size_t threads) noexcept {
+  block = std::max<std::size_t>(block, 1);
+  const std::size_t whole = std::max(block, configured / block * block);
+  if (threads <= 1 || size <= kMinSpreadChunk) {
+    return whole;
+  }
+  // A page multiple that is also a block multiple: blocks are powers of two.
+  const std::size_t unit = std::max<std::size_t>(block, 4096);
+  const std::size_t share = round_up((size + threads - 1) / threads, unit);
+  return std::min(whole, std::max(share, round_up(kMinSpreadChunk, unit)));
+}
+
 CopyPool::CopyPool(std::shared_ptr<const cuda::Gpu> gpu, CopyPoolConfig config)
     : gpu_(std::move(gpu)), config_(config) {
   const cuda::Driver &d = *cuda::driver();
@@ -370,7 +383,7 @@ TransferResult CopyPool::run(Direction dir, int fd, std::uintptr_t device, std::
     job.policy = policy;
     const std::size_t block = policy.direct ? std::max<std::size_t>(policy.offset_align, 1) : 1;
     const std::size_t chunk = policy.direct ? config_.direct_chunk : config_.chunk;
-    job.chunk = std::max(block, chunk / block * block);
+    job.chunk = chunk_for(size, block, chunk, config_.threads);
     job.base = file_offset - file_offset % block;
     job.count = static_cast<std::size_t>((job.end - job.base + job.chunk - 1) / job.chunk);
     job.bytes.assign(job.count, 0);

@@ -37,6 +37,20 @@ struct CopyPoolConfig {
 /// The copy_* fields of @p options (validated).
 [[nodiscard]] CopyPoolConfig copy_pool_config(const Options &options) noexcept;
 
+/// Smallest chunk a transfer is cut into to spread it over the workers.
+inline constexpr std::size_t kMinSpreadChunk = std::size_t{512} << 10;
+
+/// Bytes per chunk for a transfer of @p size whose file blocks are
+/// @p block bytes: the configured chunk, or less where that would leave
+/// workers idle.  A single 4 MiB read (one configured chunk) would
+/// otherwise be one worker's pread and then its copy, one after the
+/// other; cut into pieces of at least kMinSpreadChunk, several workers
+/// read at once and each piece's copy overlaps the next one's read.
+/// Always a multiple of @p block (O_DIRECT chunks never share a block)
+/// and of the page (staging slots are page-sized).
+[[nodiscard]] std::size_t chunk_for(std::size_t size, std::size_t block, std::size_t configured,
+                                    std::size_t threads) noexcept;
+
 class CopyPool {
  public:
   /// Allocates all staging memory (threads x depth x chunk, pinned) and

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "engines/compat/copy_pool.hpp"
 #include "fake_gpu.hpp"
 #include "phoenix/phoenix.hpp"
 #include "test_support.hpp"
@@ -82,7 +83,8 @@ std::string shape_name(const ::testing::TestParamInfo<std::tuple<DirectIo, Shape
 class CompatShapes : public CompatEngine,
                      public ::testing::WithParamInterface<std::tuple<DirectIo, Shape>> {};
 
-// Inline lanes (<= 1 MiB), one chunk, many chunks, unaligned everything.
+// Inline lanes (<= 1 MiB), transfers spread over the workers in pieces
+// (1 MiB + 1, 5 MiB: see chunk_for), whole chunks, unaligned everything.
 INSTANTIATE_TEST_SUITE_P(
     FakeGpu, CompatShapes,
     ::testing::Combine(::testing::Values(DirectIo::preferred, DirectIo::off),
@@ -92,6 +94,36 @@ INSTANTIATE_TEST_SUITE_P(
                                          Shape{(std::size_t{5} << 20) + 123, 1000, 12345},
                                          Shape{(std::size_t{37} << 20) + 7, 8192, 0})),
     shape_name);
+
+TEST(CopyPoolChunks, MidSizeTransfersAreSpreadOverTheWorkers) {
+  using phx::detail::chunk_for;
+  using phx::detail::kMinSpreadChunk;
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  // Large transfers keep the configured chunk.
+  EXPECT_EQ(chunk_for(1024 * kMiB, 1, 4 * kMiB, 12), 4 * kMiB);
+  EXPECT_EQ(chunk_for(1024 * kMiB, 4096, 16 * kMiB, 12), 16 * kMiB);
+  // One configured chunk's worth is cut into pieces for several workers,
+  // never below kMinSpreadChunk.
+  EXPECT_EQ(chunk_for(4 * kMiB, 1, 4 * kMiB, 12), kMinSpreadChunk);
+  EXPECT_EQ(chunk_for(16 * kMiB, 512, 16 * kMiB, 8), 2 * kMiB);
+  EXPECT_EQ(chunk_for(24 * kMiB, 1, 4 * kMiB, 12), 2 * kMiB);
+  // Pieces are whole pages and whole blocks, whatever the share works out to.
+  for (const std::size_t block :
+       {std::size_t{1}, std::size_t{512}, std::size_t{4096}, std::size_t{65536}}) {
+    for (const std::size_t size : {kMiB + 1, 5 * kMiB + 123, 13 * kMiB + 7}) {
+      const std::size_t chunk = chunk_for(size, block, 16 * kMiB, 7);
+      EXPECT_EQ(chunk % block, 0U) << size << " with blocks of " << block;
+      EXPECT_EQ(chunk % 4096, 0U) << size << " with blocks of " << block;
+      EXPECT_GE(chunk, kMinSpreadChunk);
+      EXPECT_LE(chunk, 16 * kMiB);
+    }
+  }
+  // One worker, or a transfer no larger than a piece: the configured chunk.
+  EXPECT_EQ(chunk_for(8 * kMiB, 1, 4 * kMiB, 1), 4 * kMiB);
+  EXPECT_EQ(chunk_for(kMinSpreadChunk, 1, 4 * kMiB, 12), 4 * kMiB);
+  // A configured chunk below a block still moves whole blocks.
+  EXPECT_EQ(chunk_for(4096, 4096, 512, 12), 4096U);
+}
 
 TEST_F(CompatEngine, IoRequestIsRefusedWithoutAHostView) {
   Zeroed z(4096);
