@@ -19,6 +19,9 @@ import time
 EXIT_UNAVAILABLE = 2
 
 ALL_ENGINES = ("direct", "compat", "cufile", "posix", "host")
+# Peers an experiment runs only when --engines names them (fig11's kvikio
+# row): never part of the default list.
+OPT_IN_ENGINES = ("kvikio",)
 
 
 class ToolError(RuntimeError):

@@ -11,12 +11,22 @@ The disks of the machines we measure on are noisy over the second or so a
 replay takes, and an engine run right after another may find the storage
 in a different state: on a real machine every engine runs ROUNDS times,
 the round's order rotated, and ratios and plots take each engine's median
-round."""
+round.
+
+A peer row, asked for by name (--engines ...,kvikio; never by default, never
+in the rig, whose guest has no kvikio): the same traces replayed by
+phxrepro.peers.kv_replay, phx-kvcache's replay with the blocks read by
+kvikio (in its compat mode, KVIKIO_COMPAT_MODE=ON: NVIDIA's cuFile cannot
+register files on the machines we measure on) into GPU memory, from the
+KV file phx-kvcache wrote, in the same rotated rounds.  The goal then
+also asks compat >= kvikio."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
+import sys
 
 from ..plotting import color, figure, save
 from ..records import measured
@@ -32,6 +42,10 @@ QUICK_SEQUENCES = 4
 # The engines phx-kvcache knows, in plotting order; "pinned" is the ceiling.
 KV_ENGINES = ("direct", "compat", "cufile", "posix", "host")
 GPU_ENGINES = {"direct", "compat", "cufile", "posix"}
+# Peers that replay the same trace from the same KV file with another
+# library, through phxrepro.peers.kv_replay; only when asked for by name.
+PEER_ENGINES = ("kvikio",)
+BENCH = pathlib.Path(__file__).resolve().parents[2]
 # Where the rig's guest finds the traces (bench/phxrepro/rig.py copies
 # GUEST_FILES into the guest folder, mounted at /phx).
 GUEST_TRACES = "/phx/kvcache-traces"
@@ -84,9 +98,11 @@ def plan(ctx):
     else:
         runs = [(t, 0) for t in TRACES]
     engines = [e for e in KV_ENGINES if ctx.wants(e)]
-    if GPU_ENGINES & set(engines) and ctx.mode == "local":
+    local = ctx.mode == "local"
+    peers = [e for e in PEER_ENGINES if ctx.wants(e) and local]
+    if (GPU_ENGINES & set(engines) or peers) and local:
         engines.append("pinned")  # the ceiling, for the goal's second ratio
-    return runs, list(BLOCK_SIZES), engines
+    return runs, list(BLOCK_SIZES), engines + peers
 
 
 def run(ctx) -> list[dict]:
@@ -100,7 +116,9 @@ def run(ctx) -> list[dict]:
     need = max((largest + 1) * max(sizes) for largest, _ in shapes.values())
     path = ctx.scratch_file("fig11-kv.bin")
     rounds = rounds_for(ctx)
-    if rounds > 1:
+    # A peer reads the file but never writes it: with a peer in the run it
+    # is written here even for a single round.
+    if rounds > 1 or set(PEER_ENGINES) & set(engines):
         # The KV file is written (and fsynced) by the first call that needs
         # it; a timed replay right behind that write found the H200's disk
         # slower (gsm100, 8 KiB: 1.07 GB/s in that round, 1.26 and 1.87 in
@@ -120,18 +138,49 @@ def run(ctx) -> list[dict]:
                 for engine in engines[k % len(engines):] + engines[:k % len(engines)]:
                     if engine in unavailable:
                         continue
+                    meta = {"point": f"{trace}/{size}", "kv_engine": engine, "round": k}
+                    if engine in PEER_ENGINES:
+                        got = run_peer(ctx, engine, f"{trace_dir}/{trace}", path, size, max_seq,
+                                       need, meta)
+                        if any(r.get("status") == "unavailable" for r in got):
+                            unavailable.add(engine)
+                        records += got
+                        continue
                     cmd = [ctx.tool("phx-kvcache"), "--trace", f"{trace_dir}/{trace}",
                            "--block-size", str(size), "--engine", engine, "--verify",
                            "--file", path, "--min-file-size", str(need),
                            "--max-sequences", str(max_seq),
                            *pool_args(ctx, engine, shapes[trace][1], size)]
-                    got = ctx.run_json(cmd, timeout=900,
-                                       meta={"point": f"{trace}/{size}", "kv_engine": engine,
-                                             "round": k})
+                    got = ctx.run_json(cmd, timeout=900, meta=meta)
                     if any(r.get("status") == "unavailable" for r in got):
                         unavailable.add(engine)
                     records += got
     return records + ratios(records)
+
+
+def run_peer(ctx, engine: str, trace: str, path: str, size: int, max_seq: int, need: int,
+             meta: dict) -> list[dict]:
+    """One replay by a peer (kv_replay) in a process of its own, whose
+    environment chooses kvikio's mode before libkvikio loads."""
+    if not os.path.exists(path) or os.path.getsize(path) < need:
+        # phx-kvcache writes the file before the rounds (run()); a missing
+        # one means that call did not: say so rather than read nothing.
+        return [{**meta, "engine": engine, "trace": os.path.basename(trace), "block_size": size,
+                 "status": "failed",
+                 "error": f"the KV file {path} is missing or shorter than {need} bytes"}]
+    job = {"trace": trace, "file": path, "block_size": size, "max_sequences": max_seq,
+           "verify": True}
+    pythonpath = os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH")]))
+    # env(1) sets the variables for the child only, in a command ctx.run_json
+    # runs (and records) like any tool's.
+    cmd = ["env", "KVIKIO_COMPAT_MODE=ON", f"PYTHONPATH={pythonpath}", sys.executable,
+           "-m", "phxrepro.peers.kv_replay", json.dumps(job)]
+    got = ctx.run_json(cmd, timeout=900, meta=meta)
+    for r in got:
+        if r.get("status") != "ok":
+            ctx.log(f"{engine} {meta['point']} round {meta['round']}: {r.get('status')} "
+                    f"{r.get('reason') or r.get('error') or r.get('first_mismatch', '')}")
+    return got
 
 
 def rounds_for(ctx) -> int:
@@ -169,7 +218,8 @@ def pool_args(ctx, engine: str, longest: int, size: int) -> list[str]:
 
 
 def ratios(records: list[dict]) -> list[dict]:
-    """Per (trace, block size): compat against posix and against pinned."""
+    """Per (trace, block size): compat against posix, against pinned and,
+    when a kvikio row ran, against kvikio."""
     out = []
     ok = medians(records)
     points = sorted({(r["trace"], r["block_size"]) for r in ok})
@@ -182,7 +232,7 @@ def ratios(records: list[dict]) -> list[dict]:
                        if r["trace"] == trace and r["block_size"] == size)
         rec = {"status": "derived", "kind": "ratios", "trace": trace, "block_size": size,
                "verified": verified, "bandwidth_GBps": bw, "rounds_GBps": spread}
-        for engine in ("compat", "direct", "cufile", "host"):
+        for engine in ("compat", "direct", "cufile", "host", *PEER_ENGINES):
             if engine in bw and bw.get("posix"):
                 rec[f"{engine}_over_posix"] = bw[engine] / bw["posix"]
             if engine in bw and bw.get("pinned"):
@@ -192,9 +242,20 @@ def ratios(records: list[dict]) -> list[dict]:
             # pinned host memory: below 5, the first goal is out of reach
             # on this storage whatever the engine does.
             rec["pinned_over_posix"] = bw["pinned"] / bw["posix"]
+        for engine in ("compat", "direct"):
+            if engine in bw and bw.get("kvikio"):
+                rec[f"{engine}_over_kvikio"] = bw[engine] / bw["kvikio"]
+        peer_problems = sorted({r.get("status", "?") for r in records
+                                if r.get("engine") in PEER_ENGINES and r.get("trace") == trace
+                                and r.get("block_size") == size and r.get("status") != "ok"})
+        if peer_problems:
+            # A peer round that did not run or did not verify is not in the
+            # ratios: the record says so rather than dropping it unseen.
+            rec["peer_problems"] = peer_problems
         if "compat_over_posix" in rec and "compat_over_pinned" in rec:
             rec["goal_met"] = (verified and rec["compat_over_posix"] >= 5.0
-                               and rec["compat_over_pinned"] >= 0.8)
+                               and rec["compat_over_pinned"] >= 0.8
+                               and rec.get("compat_over_kvikio", 1.0) >= 1.0)
         out.append(rec)
     return out
 
@@ -203,7 +264,8 @@ def plot(records, ctx, png) -> None:
     rows = medians(records)
     traces = [t for t in TRACES if any(r["trace"] == t for r in rows)] or \
         sorted({r["trace"] for r in rows})
-    engines = [e for e in (*KV_ENGINES, "pinned") if any(r["engine"] == e for r in rows)]
+    engines = [e for e in (*KV_ENGINES, *PEER_ENGINES, "pinned")
+               if any(r["engine"] == e for r in rows)]
     ncols = max(len(traces), 1)
     fig, axes = figure(ctx, TITLE, ncols=ncols, nrows=2, engines=engines,
                        width=max(4.2, 9.0 / ncols))
