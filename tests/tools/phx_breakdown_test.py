@@ -11,8 +11,9 @@ import sys
 
 STEPS = ["device_open", "file_open", "buf_register", "first_read", "read", "buf_deregister",
          "file_close", "device_close"]
-FIELDS = {"schema", "engine", "library_engine", "memory", "step", "size", "repeat", "first_us",
-          "mean_us", "min_us", "p50_us", "max_us", "device", "version"}
+FIELDS = {"schema", "tool", "version", "engine", "library_engine", "memory", "step", "size",
+          "repeat", "count", "first_us", "mean_us", "min_us", "p50_us", "p95_us", "p99_us",
+          "max_us", "device"}
 
 
 def run(tool, *args):
@@ -40,8 +41,10 @@ def main():
         check(set(rec) == FIELDS, f"fields {sorted(rec)}")
         check(rec["schema"] == "phx-breakdown/1" and rec["engine"] == "host" and
               rec["library_engine"] == "host" and rec["memory"] == "host", f"record {rec}")
-        check(rec["repeat"] == 3, f"repeat {rec}")
-        check(0 <= rec["min_us"] <= rec["p50_us"] <= rec["max_us"] and
+        check(rec["tool"] == "phx-breakdown" and rec["version"], f"head {rec}")
+        check(rec["repeat"] == 3 and rec["count"] == 3, f"repeat {rec}")
+        check(0 <= rec["min_us"] <= rec["p50_us"] <= rec["p95_us"] <= rec["p99_us"] <=
+              rec["max_us"] and
               rec["min_us"] <= rec["mean_us"] <= rec["max_us"] and
               rec["min_us"] <= rec["first_us"] <= rec["max_us"], f"statistics {rec}")
     check(all(rec["mean_us"] > 0 for rec in records if rec["step"] in ("read", "first_read")),

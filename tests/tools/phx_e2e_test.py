@@ -19,7 +19,7 @@ from phxbench_test import SchemaError, validate  # noqa: E402  (the shared valid
 MIB = 1 << 20
 STEPS = ["driver_open", "file_open", "buffer_alloc", "buffer_register", "read",
          "buffer_deregister", "buffer_free", "file_close", "driver_close"]
-STATS = {"count", "first", "mean", "min", "p50", "p95", "max"}
+STATS = {"count", "first", "mean", "min", "p50", "p95", "p99", "max"}
 
 
 class Test:
@@ -56,7 +56,7 @@ class Test:
         if not self.check(isinstance(s, dict) and set(s) == STATS, f"{label}: stats {s}"):
             return
         self.check(s["count"] == count, f"{label}: count {s['count']} != {count}")
-        self.check(0 <= s["min"] <= s["p50"] <= s["p95"] <= s["max"] and
+        self.check(0 <= s["min"] <= s["p50"] <= s["p95"] <= s["p99"] <= s["max"] and
                    s["min"] <= s["mean"] <= s["max"] and s["min"] <= s["first"] <= s["max"],
                    f"{label}: statistics {s}")
 

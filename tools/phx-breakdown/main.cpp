@@ -28,11 +28,11 @@
 
 #include "common/cli.hpp"
 #include "common/engine_spec.hpp"
+#include "common/json_record.hpp"
 #include "common/pattern_file.hpp"
 #include "common/timing.hpp"
 #include "common/units.hpp"
 #include "phoenix/config.h"
-#include "phoenix/phoenix.h"
 #include "phoenix/phoenix.hpp"
 
 namespace {
@@ -61,41 +61,35 @@ struct Options {
 
 class Recorder {
  public:
-  explicit Recorder(const Options &options) : options_(options) {}
+  explicit Recorder(const Options &options) : options_(options), out_(options.json) {}
 
   void add(const EngineSpec &spec, const std::string &step, std::uint64_t size,
            std::vector<double> samples) {
     const phxtools::SampleSummary stats = phxtools::summarize(std::move(samples));
-    const ordered_json rec = {
-        {"schema", "phx-breakdown/1"},
+    ordered_json rec = phxtools::record_head("phx-breakdown", {.schema = "phx-breakdown/1"});
+    rec.update(ordered_json{
         {"engine", spec.name},
         {"library_engine", spec.name},
         {"memory", spec.gpu_memory ? "gpu" : "host"},
         {"step", step},
         {"size", size},
         {"repeat", stats.count},
-        {"first_us", stats.first},
-        {"mean_us", stats.mean},
-        {"min_us", stats.min},
-        {"p50_us", stats.p50},
-        {"max_us", stats.max},
-        {"device", options_.device},
-        {"version", phxfs_version()},
-    };
-    if (options_.json) {
-      std::cout << rec.dump() << '\n';
-    }
+    });
+    rec.update(phxtools::summary_json(stats, "_us"));
+    rec["device"] = options_.device;
+    out_.write(rec);
     if (!options_.quiet) {
-      std::ostream &out = options_.json ? std::cerr : std::cout;
-      out << std::left << std::setw(8) << spec.name << std::setw(16) << step << std::right
-          << std::setw(12) << size << "  mean " << std::fixed << std::setprecision(1)
-          << std::setw(12) << stats.mean << " us  p50 " << std::setw(12) << stats.p50
-          << " us  first " << std::setw(12) << stats.first << " us\n";
+      std::ostream &human = out_.human();
+      human << std::left << std::setw(8) << spec.name << std::setw(16) << step << std::right
+            << std::setw(12) << size << "  mean " << std::fixed << std::setprecision(1)
+            << std::setw(12) << stats.mean << " us  p50 " << std::setw(12) << stats.p50
+            << " us  first " << std::setw(12) << stats.first << " us\n";
     }
   }
 
  private:
   const Options &options_;
+  phxtools::RecordWriter out_;
 };
 
 // direct registers --device-addr's addresses when given; the others their own memory.

@@ -42,6 +42,7 @@
 #include "common/engine_names.hpp"
 #include "common/fd.hpp"
 #include "common/host_buffer.hpp"
+#include "common/json_record.hpp"
 #include "common/pattern.hpp"
 #include "common/pattern_file.hpp"
 #include "common/timing.hpp"
@@ -83,30 +84,30 @@ struct Options {
 
 class Records {
  public:
-  explicit Records(const Options &o) : options_(o) {}
+  explicit Records(const Options &o) : options_(o), out_(true) {}
   void set_library(std::string path, std::string implementation) {
     path_ = std::move(path);
     implementation_ = std::move(implementation);
   }
   // One line, flushed: a crash later keeps what was measured.
   void emit(const std::string &kind, const std::string &api, const ordered_json &body) {
-    ordered_json rec = {{"schema", "phx-cufile-bench/1"},
-                        {"tool", "phx-cufile-bench"},
-                        {"kind", kind},
-                        {"api", api},
-                        {"library", path_},
-                        {"implementation", api == "phx" ? "libphoenix" : implementation_},
-                        {"engine_asked", options_.engine},
-                        {"device", options_.device}};
+    ordered_json rec = phxtools::record_head("phx-cufile-bench", {.schema = "phx-cufile-bench/1"});
+    rec.update(ordered_json{{"kind", kind},
+                            {"api", api},
+                            {"library", path_},
+                            {"implementation", api == "phx" ? "libphoenix" : implementation_},
+                            {"engine_asked", options_.engine},
+                            {"device", options_.device}});
     if (!body.contains("status")) {
       rec["status"] = "ok";
     }
     rec.update(body);
-    std::cout << rec.dump() << std::endl;
+    out_.write(rec);
   }
 
  private:
   const Options &options_;
+  phxtools::RecordWriter out_;
   std::string path_;
   std::string implementation_;
 };
@@ -122,12 +123,6 @@ ordered_json cufile_error(const char *call, phxcufile::Status st) {
 
 ordered_json exception_error(const char *call, const std::exception &e) {
   return {{"status", "error"}, {"error", {{"call", call}, {"message", e.what()}}}};
-}
-
-ordered_json stats(const std::vector<double> &samples) {
-  const phxtools::SampleSummary s = phxtools::summarize(samples);
-  return {{"count", s.count}, {"first_us", s.first}, {"min_us", s.min}, {"p50_us", s.p50},
-          {"p99_us", s.p99},  {"mean_us", s.mean},   {"max_us", s.max}};
 }
 
 std::vector<std::uint64_t> sizes(const std::vector<std::string> &texts) {
@@ -211,8 +206,8 @@ void buf_register(const Options &o, phxcufile::Library &lib, phxcufile::CudaDriv
       ordered_json body = failed[api] ? *failed[api] : ordered_json::object();
       body["size"] = size;
       if (!reg[api].empty()) {
-        body["register"] = stats(reg[api]);
-        body["deregister"] = stats(dereg[api]);
+        body["register"] = phxtools::latency_json(reg[api], "_us");
+        body["deregister"] = phxtools::latency_json(dereg[api], "_us");
       }
       out.emit("buf_register", name, body);
     }
@@ -402,7 +397,7 @@ bool call_overhead(const Options &o, phxcufile::Library &lib, phxcufile::CudaDri
         body["library_engine"] = std::string(phx::to_string(phx.device->engine()));
       }
       if (!res[api].samples.empty()) {
-        body["call"] = stats(res[api].samples);
+        body["call"] = phxtools::latency_json(res[api].samples, "_us");
       }
       body["verify"] = res[api].verify;
       out.emit("call", api == 0 ? "cufile" : "phx", body);

@@ -30,6 +30,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/json_record.hpp"
+#include "common/pattern.hpp"
 #include "phoenix/phoenix.h"
 #include "phoenix/phoenix.hpp"
 
@@ -75,22 +77,6 @@ std::string human_bytes(std::uint64_t bytes) {
 
 [[noreturn]] void throw_errno(int err, const std::string &what) {
   throw std::system_error(err, std::generic_category(), what);
-}
-
-// The 8-byte word at file offset 8k is XXH3_64(k, seed): every word differs,
-// so data landing at the wrong offset fails verification like corrupt data.
-void fill_pattern(std::byte *dst, std::uint64_t offset, std::size_t len, std::uint64_t seed) {
-  std::size_t done = 0;
-  while (done < len) {
-    const std::uint64_t at = offset + done;
-    const std::uint64_t index = at / 8;
-    const auto word =
-        std::bit_cast<std::array<std::byte, 8>>(XXH3_64bits_withSeed(&index, sizeof(index), seed));
-    const std::size_t skip = at % 8;
-    const std::size_t n = std::min<std::size_t>(8 - skip, len - done);
-    std::memcpy(dst + done, word.data() + skip, n);
-    done += n;
-  }
 }
 
 // Page-aligned anonymous memory, pre-faulted so that page faults are not
@@ -146,7 +132,7 @@ Generated write_pattern_file(const fs::path &path, std::uint64_t size, std::uint
   const auto start = Clock::now();
   for (std::uint64_t offset = 0; offset < size;) {
     const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(kWriteChunk, size - offset));
-    fill_pattern(chunk.data(), offset, n, seed);
+    phxtools::fill_pattern({chunk.data(), n}, offset, seed);
     (void)XXH3_128bits_update(state.get(), chunk.data(), n);
     file.write(std::span<const std::byte>(chunk.data(), n), offset);
     offset += n;
@@ -162,20 +148,7 @@ Generated write_pattern_file(const fs::path &path, std::uint64_t size, std::uint
 // First byte of @p data that differs from the pattern, if any.
 std::optional<std::uint64_t> first_mismatch(const std::byte *data, std::uint64_t size,
                                             std::uint64_t seed) {
-  std::vector<std::byte> expected(kWriteChunk);
-  for (std::uint64_t offset = 0; offset < size;) {
-    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(kWriteChunk, size - offset));
-    fill_pattern(expected.data(), offset, n, seed);
-    if (std::memcmp(expected.data(), data + offset, n) != 0) {
-      for (std::size_t i = 0; i < n; ++i) {
-        if (expected[i] != data[offset + i]) {
-          return offset + i;
-        }
-      }
-    }
-    offset += n;
-  }
-  return std::nullopt;
+  return phxtools::find_mismatch({data, static_cast<std::size_t>(size)}, 0, seed);
 }
 
 // Fraction of the file's pages in the page cache right now.
@@ -434,9 +407,8 @@ class Workspace {
 
 nlohmann::ordered_json to_json(const ModeResult &r, const Options &opt, const phx::Device &dev,
                                const fs::path &file) {
-  nlohmann::ordered_json j = {
-      {"tool", "phx-demo"},
-      {"version", phxfs_version()},
+  nlohmann::ordered_json j = phxtools::record_head("phx-demo");
+  j.update(nlohmann::ordered_json{
       {"mode", r.mode},
       {"api", r.api},
       {"engine", std::string(phx::to_string(dev.engine()))},
@@ -450,15 +422,13 @@ nlohmann::ordered_json to_json(const ModeResult &r, const Options &opt, const ph
       {"seconds", r.seconds},
       {"gbps", r.gbps()},
       {"verified", r.verified},
-  };
-  j["page_cache_fraction"] = r.cached_before.has_value() ? nlohmann::ordered_json(*r.cached_before)
-                                                         : nlohmann::ordered_json(nullptr);
+  });
+  j["page_cache_fraction"] = phxtools::optional_json(r.cached_before);
   if (r.request_size != 0) {
     j["request_size"] = r.request_size;
     j["depth"] = r.depth;
   }
-  j["first_mismatch"] = r.mismatch.has_value() ? nlohmann::ordered_json(*r.mismatch)
-                                               : nlohmann::ordered_json(nullptr);
+  j["first_mismatch"] = phxtools::optional_json(r.mismatch);
   j["error"] = r.error.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.error);
   return j;
 }
@@ -471,7 +441,7 @@ void print_summary(std::ostream &out, const Options &opt, const phx::Device &dev
   (void)std::snprintf(line.data(), line.size(), "%.2f", gen.seconds);
   out << "file      " << file.string() << "\n"
       << "          " << opt.size << " bytes (" << human_bytes(opt.size)
-      << "), pattern xxh3 seed 0x" << std::hex << opt.seed << std::dec << ", written in "
+      << "), the tools' pattern, seed 0x" << std::hex << opt.seed << std::dec << ", written in "
       << line.data() << " s" << (gen.direct_io ? " with O_DIRECT" : "") << "\n";
   out << "engine    " << phx::to_string(dev.engine()) << " on device " << dev.id() << ": "
       << dev.engine_reason() << "\n";
@@ -556,11 +526,11 @@ int run(const Options &opt) {
   results.push_back(
       read_c_api(ctx, requested == phx::Engine::automatic && engine_note.empty(), dev.engine()));
 
-  std::ostream &human = opt.json ? std::cerr : std::cout;
-  print_summary(human, opt, dev, engine_note, workspace.file(), gen, results);
+  phxtools::RecordWriter records(opt.json);
+  print_summary(records.human(), opt, dev, engine_note, workspace.file(), gen, results);
   if (opt.json) {
     for (const ModeResult &r : results) {
-      std::cout << to_json(r, opt, dev, workspace.file()).dump() << "\n";
+      records.write(to_json(r, opt, dev, workspace.file()));
     }
   }
   std::cout.flush();

@@ -173,7 +173,7 @@ std::optional<std::string> open_engine(const Config &c, const std::string &name,
 }
 
 int run(const Config &c) {
-  const phx_e2e::Report report(c);
+  phx_e2e::Report report(c);
   DataFiles files(c);
   const bool named = !c.engines.empty();
   std::vector<const char *> figures;

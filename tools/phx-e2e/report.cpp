@@ -2,27 +2,17 @@
 #include "report.hpp"
 
 #include <iomanip>
-#include <iostream>
 #include <nlohmann/json.hpp>
-#include <optional>
+#include <ostream>
 #include <vector>
 
+#include "common/json_record.hpp"
 #include "common/timing.hpp"
-#include "phoenix/phoenix.h"
 
 namespace phx_e2e {
 namespace {
 
 using nlohmann::ordered_json;
-
-ordered_json stats_json(const std::vector<double> &samples) {
-  if (samples.empty()) {
-    return nullptr;
-  }
-  const phxtools::SampleSummary s = phxtools::summarize(samples);
-  return {{"count", s.count}, {"first", s.first}, {"mean", s.mean}, {"min", s.min},
-          {"p50", s.p50},     {"p95", s.p95},     {"max", s.max}};
-}
 
 double mean(const std::vector<double> &samples) {
   return samples.empty() ? 0.0 : phxtools::summarize(samples).mean;
@@ -33,16 +23,19 @@ double share(double total, double transfer) {
   return total > 0 ? (total - transfer) / total : 0.0;
 }
 
-ordered_json optional_json(const std::optional<std::uint64_t> &v) {
-  return v ? ordered_json(*v) : ordered_json(nullptr);
-}
-
 ordered_json config_json(const Config &c) {
-  return {
-      {"device", c.device}, {"sizes", c.sizes},     {"file_sizes", c.file_sizes},
-      {"repeat", c.repeat}, {"warmup", c.warmup},   {"loops", c.loops},
-      {"chunk", c.chunk},   {"threads", c.threads}, {"device_addr", optional_json(c.device_addr)},
-      {"dir", c.dir},       {"quick", c.quick},     {"verify", c.verify}};
+  return {{"device", c.device},
+          {"sizes", c.sizes},
+          {"file_sizes", c.file_sizes},
+          {"repeat", c.repeat},
+          {"warmup", c.warmup},
+          {"loops", c.loops},
+          {"chunk", c.chunk},
+          {"threads", c.threads},
+          {"device_addr", phxtools::optional_json(c.device_addr)},
+          {"dir", c.dir},
+          {"quick", c.quick},
+          {"verify", c.verify}};
 }
 
 ordered_json verify_json(const Verification &v) {
@@ -50,27 +43,22 @@ ordered_json verify_json(const Verification &v) {
           {"ok", v.enabled() ? ordered_json(v.ok()) : ordered_json(nullptr)},
           {"bytes_checked", v.bytes_checked()},
           {"mismatched_reads", v.mismatched_reads()},
-          {"first_mismatch_offset", optional_json(v.first_mismatch_offset())}};
+          {"first_mismatch_offset", phxtools::optional_json(v.first_mismatch_offset())}};
 }
 
+// docs/phx-e2e-schema.json: schema and version, no "tool".
 ordered_json head(const Config &c, const char *figure, const std::string &engine) {
-  return {{"schema", "phx-e2e/1"}, {"figure", figure},           {"status", "ok"},
-          {"engine", engine},      {"version", phxfs_version()}, {"config", config_json(c)}};
-}
-
-void emit(const Config &c, const ordered_json &rec) {
-  if (c.json) {
-    std::cout << rec.dump() << '\n';
-  }
-}
-
-std::ostream &human(const Config &c) {
-  return c.json ? std::cerr : std::cout;
+  ordered_json rec = phxtools::record_head("phx-e2e", {.schema = "phx-e2e/1", .tool = false});
+  rec.update(ordered_json{
+      {"figure", figure}, {"status", "ok"}, {"engine", engine}, {"config", config_json(c)}});
+  return rec;
 }
 
 }  // namespace
 
-void Report::requests(const Loader &loader, const RequestResult &r) const {
+Report::Report(const Config &config) : config_(config), out_(config.json) {}
+
+void Report::requests(const Loader &loader, const RequestResult &r) {
   ordered_json rec = head(config_, "fig8a", loader.name());
   const double total = mean(r.total_us);
   const double pure = mean(r.pure_read_us);
@@ -81,35 +69,36 @@ void Report::requests(const Loader &loader, const RequestResult &r) const {
       {"size", r.size},
       {"repeat", r.total_us.size()},
       {"registers", r.registers},
-      {"total_us", stats_json(r.total_us)},
-      {"pure_read_us", stats_json(r.pure_read_us)},
-      {"register_us", r.registers ? stats_json(r.register_us) : ordered_json(nullptr)},
-      {"read_us", stats_json(r.read_us)},
-      {"deregister_us", r.registers ? stats_json(r.deregister_us) : ordered_json(nullptr)},
+      {"total_us", phxtools::latency_json(r.total_us)},
+      {"pure_read_us", phxtools::latency_json(r.pure_read_us)},
+      {"register_us", r.registers ? phxtools::latency_json(r.register_us) : ordered_json(nullptr)},
+      {"read_us", phxtools::latency_json(r.read_us)},
+      {"deregister_us",
+       r.registers ? phxtools::latency_json(r.deregister_us) : ordered_json(nullptr)},
       {"software_share", share(total, pure)},
       {"software_share_p50",
        share(phxtools::summarize(r.total_us).p50, phxtools::summarize(r.pure_read_us).p50)},
       {"registration_vs_read", r.registers && pure > 0 ? ordered_json(reg / pure) : nullptr},
       {"verify", verify_json(r.verify)},
   });
-  emit(config_, rec);
+  out_.write(rec);
   if (!config_.quiet) {
-    human(config_) << "fig8a " << std::left << std::setw(8) << loader.name() << std::right
-                   << std::setw(10) << r.size << " B  register+read+deregister " << std::fixed
-                   << std::setprecision(1) << std::setw(9) << total << " us  read alone "
-                   << std::setw(9) << pure << " us  software " << std::setw(5)
-                   << 100 * share(total, pure) << " %"
-                   << (r.verify.enabled() ? (r.verify.ok() ? "  verified" : "  VERIFY FAILED") : "")
-                   << '\n';
+    out_.human() << "fig8a " << std::left << std::setw(8) << loader.name() << std::right
+                 << std::setw(10) << r.size << " B  register+read+deregister " << std::fixed
+                 << std::setprecision(1) << std::setw(9) << total << " us  read alone "
+                 << std::setw(9) << pure << " us  software " << std::setw(5)
+                 << 100 * share(total, pure) << " %"
+                 << (r.verify.enabled() ? (r.verify.ok() ? "  verified" : "  VERIFY FAILED") : "")
+                 << '\n';
   }
 }
 
-void Report::load(const Loader &loader, const LoadResult &r) const {
+void Report::load(const Loader &loader, const LoadResult &r) {
   ordered_json rec = head(config_, "fig8b", loader.name());
   ordered_json steps = ordered_json::object();
   double read = 0;
   for (const LoadResult::Step &s : r.steps) {
-    steps[s.name] = stats_json(s.us);
+    steps[s.name] = phxtools::latency_json(s.us);
     if (s.name == "read") {
       read = mean(s.us);
     }
@@ -123,15 +112,15 @@ void Report::load(const Loader &loader, const LoadResult &r) const {
       {"threads", config_.threads},
       {"chunk", config_.chunk},
       {"steps_us", steps},
-      {"total_us", stats_json(r.total_us)},
+      {"total_us", phxtools::latency_json(r.total_us)},
       {"software_share", share(total, read)},
       {"read_gbps", read > 0 ? static_cast<double>(r.file_size) / read / 1e3 : 0.0},
       {"end_to_end_gbps", total > 0 ? static_cast<double>(r.file_size) / total / 1e3 : 0.0},
       {"verify", verify_json(r.verify)},
   });
-  emit(config_, rec);
+  out_.write(rec);
   if (!config_.quiet) {
-    std::ostream &out = human(config_);
+    std::ostream &out = out_.human();
     out << "fig8b " << std::left << std::setw(8) << loader.name() << std::right << std::setw(12)
         << r.file_size << " B  total " << std::fixed << std::setprecision(1) << std::setw(11)
         << total / 1e3 << " ms  read " << std::setw(11) << read / 1e3 << " ms  software "
@@ -147,11 +136,11 @@ void Report::load(const Loader &loader, const LoadResult &r) const {
 }
 
 void Report::unavailable(const std::string &engine, const std::string &figure,
-                         const std::string &reason) const {
+                         const std::string &reason) {
   ordered_json rec = head(config_, figure.c_str(), engine);
   rec["status"] = "unavailable";
   rec["reason"] = reason;
-  emit(config_, rec);
+  out_.write(rec);
 }
 
 }  // namespace phx_e2e

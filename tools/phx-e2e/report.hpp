@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "common/json_record.hpp"
 #include "e2e_config.hpp"
 #include "experiments.hpp"
 #include "loader.hpp"
@@ -15,16 +16,16 @@ namespace phx_e2e {
 
 class Report {
  public:
-  explicit Report(const Config &config) : config_(config) {}
+  explicit Report(const Config &config);
 
-  void requests(const Loader &loader, const RequestResult &result) const;
-  void load(const Loader &loader, const LoadResult &result) const;
+  void requests(const Loader &loader, const RequestResult &result);
+  void load(const Loader &loader, const LoadResult &result);
   /// The record of an engine that cannot run here, saying why.
-  void unavailable(const std::string &engine, const std::string &figure,
-                   const std::string &reason) const;
+  void unavailable(const std::string &engine, const std::string &figure, const std::string &reason);
 
  private:
   const Config &config_;
+  phxtools::RecordWriter out_;
 };
 
 }  // namespace phx_e2e

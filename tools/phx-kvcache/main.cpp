@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/engine_names.hpp"
+#include "common/json_record.hpp"
 #include "common/units.hpp"
 #include "engine.hpp"
 #include "gpu.hpp"
@@ -22,7 +23,7 @@
 
 namespace {
 
-using nlohmann::json;
+using nlohmann::ordered_json;
 using namespace phx::kvcache;
 
 constexpr int kExitFailed = 1;
@@ -67,16 +68,16 @@ std::vector<std::string> split(const std::string &list) {
   return out;
 }
 
-json base_record(const Options &o, const Trace &trace, std::size_t block_size,
-                 const std::string &engine) {
-  json r = {{"tool", "phx-kvcache"},
-            {"trace", trace.name},
-            {"max_sequences", o.max_sequences},
-            {"block_size", block_size},
-            {"engine", engine},
-            {"file", o.file},
-            {"device", o.device},
-            {"cuda_build", PHX_WITH_CUDA != 0}};
+ordered_json base_record(const Options &o, const Trace &trace, std::size_t block_size,
+                         const std::string &engine) {
+  ordered_json r = phxtools::record_head("phx-kvcache");
+  r.update(ordered_json{{"trace", trace.name},
+                        {"max_sequences", o.max_sequences},
+                        {"block_size", block_size},
+                        {"engine", engine},
+                        {"file", o.file},
+                        {"device", o.device},
+                        {"cuda_build", PHX_WITH_CUDA != 0}});
   if (!o.label.empty()) {
     r["label"] = o.label;
   }
@@ -164,16 +165,15 @@ int main(int argc, char **argv) {
     }
     const std::uint64_t need = (trace.largest_block() + 1) * block_size;
     if (o.stats) {
-      std::cout << json{{"tool", "phx-kvcache"},
-                        {"trace", trace.name},
-                        {"sequences", trace.sequences.size()},
-                        {"blocks", trace.block_count()},
-                        {"largest_block", trace.largest_block()},
-                        {"longest_sequence", trace.longest_sequence()},
-                        {"block_size", block_size},
-                        {"file_bytes_needed", need}}
-                       .dump()
-                << std::endl;
+      ordered_json r = phxtools::record_head("phx-kvcache");
+      r.update(ordered_json{{"trace", trace.name},
+                            {"sequences", trace.sequences.size()},
+                            {"blocks", trace.block_count()},
+                            {"largest_block", trace.largest_block()},
+                            {"longest_sequence", trace.longest_sequence()},
+                            {"block_size", block_size},
+                            {"file_bytes_needed", need}});
+      phxtools::RecordWriter(true).write(r);
       return 0;
     }
     ensure_kv_file(o.file, std::max<std::uint64_t>(need, min_file));
@@ -193,10 +193,11 @@ int main(int argc, char **argv) {
   setup.max_request = max_request;
   setup.merge = !o.no_merge;
 
+  phxtools::RecordWriter records(true);
   int status = 0;
   for (const std::string &given : split(o.engines)) {
     const std::string name = phxtools::canonical_engine(given);
-    json r = base_record(o, trace, block_size, name);
+    ordered_json r = base_record(o, trace, block_size, name);
     r["pool_blocks"] = setup.pool_blocks;
     try {
       auto engine = make_engine(name, setup);
@@ -241,7 +242,7 @@ int main(int argc, char **argv) {
       r["error"] = e.what();
       status = kExitFailed;
     }
-    std::cout << r.dump() << std::endl;
+    records.write(r);
   }
   return status;
 }

@@ -9,7 +9,6 @@
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <chrono>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -20,6 +19,7 @@
 #include <vector>
 
 #include "common/cli.hpp"
+#include "common/json_record.hpp"
 #include "common/timing.hpp"
 #include "phoenix/safetensors.hpp"
 #include "progress.hpp"
@@ -28,7 +28,7 @@
 namespace {
 
 namespace st = phx::safetensors;
-using nlohmann::json;
+using nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kExitFailed = 1;
@@ -80,74 +80,50 @@ void drop_cache(const st::Checkpoint &ckpt) {
   }
 }
 
-json base_record(const Options &opt) {
-  return {{"tool", "phx-load"},
-          {"paths", opt.paths},
-          {"engine_requested", opt.engine},
-          {"device", opt.device},
-          {"device_map", opt.device_map},
-          {"cache", opt.cache},
-          {"chunk_size", opt.chunk_size},
-          {"queue_depth", opt.queue_depth},
-          {"parallel_files", opt.parallel_files},
-          {"pinned", opt.pinned},
-          {"drop_cache", opt.drop_cache}};
-}
-
-json result_record(const Options &opt, int run, const st::LoadedCheckpoint &loaded,
-                   double setup_seconds) {
-  const st::LoadStats &s = loaded.stats;
-  json r = base_record(opt);
-  json engines = json::object();
-  for (const auto &[id, engine] : s.engines) {
-    engines[std::to_string(id)] = std::string(phx::to_string(engine));
-  }
-  r.update({{"status", "ok"},
-            {"run", run},
-            {"files", s.files},
-            {"files_direct", s.files_direct},
-            {"files_streamed", s.files_streamed},
-            {"segments", s.segments},
-            {"tensors", loaded.tensors.size()},
-            {"tensor_bytes", s.tensor_bytes},
-            {"bytes_read", s.bytes_read},
-            {"seconds", s.seconds},
-            {"allocate_seconds", s.allocate_seconds},
-            {"read_seconds", s.seconds - s.allocate_seconds},
-            {"gbps", s.seconds > 0 ? static_cast<double>(s.tensor_bytes) / s.seconds / 1e9 : 0.0},
-            {"setup_seconds", setup_seconds},
-            // The process's wall time so far: start-up, CUDA initialisation
-            // and warm-up included, which "seconds" (the load alone) leaves out.
-            {"process_seconds", phxtools::process_seconds()},
-            {"engines", engines}});
+ordered_json base_record(const Options &opt) {
+  ordered_json r = phxtools::record_head("phx-load");
+  r.update(ordered_json{{"paths", opt.paths},
+                        {"engine_requested", opt.engine},
+                        {"device", opt.device},
+                        {"device_map", opt.device_map},
+                        {"cache", opt.cache},
+                        {"chunk_size", opt.chunk_size},
+                        {"queue_depth", opt.queue_depth},
+                        {"parallel_files", opt.parallel_files},
+                        {"pinned", opt.pinned},
+                        {"drop_cache", opt.drop_cache}});
   return r;
 }
 
-class Reporter {
- public:
-  explicit Reporter(const Options &opt) : opt_(opt) {
-    if (!opt.json_out.empty()) {
-      file_.emplace(opt.json_out, std::ios::trunc);
-      if (!*file_) {
-        throw std::system_error(errno, std::system_category(), "open " + opt.json_out);
-      }
-    }
+ordered_json result_record(const Options &opt, int run, const st::LoadedCheckpoint &loaded,
+                           double setup_seconds) {
+  const st::LoadStats &s = loaded.stats;
+  ordered_json r = base_record(opt);
+  ordered_json engines = ordered_json::object();
+  for (const auto &[id, engine] : s.engines) {
+    engines[std::to_string(id)] = std::string(phx::to_string(engine));
   }
-  void emit(const json &record) {
-    if (opt_.json) {
-      std::cout << record.dump() << "\n" << std::flush;
-    }
-    if (file_) {
-      *file_ << record.dump() << "\n" << std::flush;
-    }
-  }
-  // Human lines: stdout unless stdout carries JSON.
-  [[nodiscard]] std::ostream &text() const { return opt_.json ? std::cerr : std::cout; }
-
- private:
-  const Options &opt_;
-  std::optional<std::ofstream> file_;
-};
+  r.update(ordered_json{
+      {"status", "ok"},
+      {"run", run},
+      {"files", s.files},
+      {"files_direct", s.files_direct},
+      {"files_streamed", s.files_streamed},
+      {"segments", s.segments},
+      {"tensors", loaded.tensors.size()},
+      {"tensor_bytes", s.tensor_bytes},
+      {"bytes_read", s.bytes_read},
+      {"seconds", s.seconds},
+      {"allocate_seconds", s.allocate_seconds},
+      {"read_seconds", s.seconds - s.allocate_seconds},
+      {"gbps", s.seconds > 0 ? static_cast<double>(s.tensor_bytes) / s.seconds / 1e9 : 0.0},
+      {"setup_seconds", setup_seconds},
+      // The process's wall time so far: start-up, CUDA initialisation
+      // and warm-up included, which "seconds" (the load alone) leaves out.
+      {"process_seconds", phxtools::process_seconds()},
+      {"engines", engines}});
+  return r;
+}
 
 std::string fixed(double value, int decimals) {
   std::ostringstream text;
@@ -174,7 +150,9 @@ bool engine_unavailable(int err) {
 }
 
 int run(const Options &opt) {
-  Reporter report(opt);
+  // Records on stdout with --json, in --json-out's file when given; the
+  // human lines on stdout unless it carries records.
+  phxtools::RecordWriter report(opt.json, opt.json_out);
   st::LoadOptions lo;
   lo.engine = phx::parse_engine(opt.engine);
   lo.devices = st::DeviceMap::parse(opt.device_map, opt.device);
@@ -186,8 +164,8 @@ int run(const Options &opt) {
 
   std::vector<std::filesystem::path> paths(opt.paths.begin(), opt.paths.end());
   const st::Checkpoint ckpt = st::open_checkpoint(paths);
-  report.text() << "phx-load: " << ckpt.files.size() << " file(s), " << ckpt.tensor_count()
-                << " tensors, " << gigabytes(ckpt.tensor_bytes()) << "\n";
+  report.human() << "phx-load: " << ckpt.files.size() << " file(s), " << ckpt.tensor_count()
+                 << " tensors, " << gigabytes(ckpt.tensor_bytes()) << "\n";
 
   const auto setup_start = Clock::now();
   std::optional<st::Loader> loader;
@@ -198,9 +176,10 @@ int run(const Options &opt) {
     if (!engine_unavailable(e.code().value())) {
       throw;
     }
-    json r = base_record(opt);
-    r.update({{"status", "unavailable"}, {"errno", e.code().value()}, {"error", e.what()}});
-    report.emit(r);
+    ordered_json r = base_record(opt);
+    r.update(
+        ordered_json{{"status", "unavailable"}, {"errno", e.code().value()}, {"error", e.what()}});
+    report.write(r);
     std::cerr << "phx-load: engine unavailable: " << e.what() << "\n";
     return kExitUnavailable;
   }
@@ -219,23 +198,23 @@ int run(const Options &opt) {
     try {
       loaded = loader->load(ckpt);
     } catch (const std::system_error &e) {
-      json r = base_record(opt);
+      ordered_json r = base_record(opt);
       const bool unavailable = lo.engine == phx::Engine::cufile && e.code().value() == ENOTSUP;
-      r.update({{"status", unavailable ? "unavailable" : "error"},
-                {"run", run},
-                {"errno", e.code().value()},
-                {"error", e.what()}});
-      report.emit(r);
+      r.update(ordered_json{{"status", unavailable ? "unavailable" : "error"},
+                            {"run", run},
+                            {"errno", e.code().value()},
+                            {"error", e.what()}});
+      report.write(r);
       std::cerr << "phx-load: " << e.what() << "\n";
       return unavailable ? kExitUnavailable : kExitFailed;
     }
     progress.finish(loaded->stats.bytes_read, loaded->stats.bytes_read);
-    json r = result_record(opt, run, *loaded, setup_seconds);
-    report.text() << "phx-load: run " << run << ": " << gigabytes(loaded->stats.tensor_bytes)
-                  << " in " << fixed(loaded->stats.seconds, 3) << " s, "
-                  << fixed(r["gbps"].get<double>(), 2) << " GB/s (" << engines_text(loaded->stats)
-                  << "); process wall time so far " << fixed(r["process_seconds"].get<double>(), 3)
-                  << " s\n";
+    ordered_json r = result_record(opt, run, *loaded, setup_seconds);
+    report.human() << "phx-load: run " << run << ": " << gigabytes(loaded->stats.tensor_bytes)
+                   << " in " << fixed(loaded->stats.seconds, 3) << " s, "
+                   << fixed(r["gbps"].get<double>(), 2) << " GB/s (" << engines_text(loaded->stats)
+                   << "); process wall time so far " << fixed(r["process_seconds"].get<double>(), 3)
+                   << " s\n";
     if (opt.verify) {
       const phx::load_tool::VerifyResult v = phx::load_tool::verify(*loaded);
       r["verify"] = {{"tensors", v.tensors},
@@ -243,17 +222,17 @@ int run(const Options &opt) {
                      {"ok", v.mismatches.empty()},
                      {"mismatches", v.mismatches},
                      {"seconds", v.seconds}};
-      report.text() << "phx-load: verify: " << v.tensors << " tensors, "
-                    << (v.mismatches.empty() ? "all equal" : "MISMATCH") << "\n";
+      report.human() << "phx-load: verify: " << v.tensors << " tensors, "
+                     << (v.mismatches.empty() ? "all equal" : "MISMATCH") << "\n";
       for (const std::string &m : v.mismatches) {
-        report.text() << "phx-load:   " << m << "\n";
+        report.human() << "phx-load:   " << m << "\n";
       }
       if (!v.mismatches.empty()) {
         r["status"] = "mismatch";
         status = kExitFailed;
       }
     }
-    report.emit(r);
+    report.write(r);
   }
   return status;
 }
@@ -308,12 +287,13 @@ int main(int argc, char **argv) {
     return run(opt);
   } catch (const std::exception &e) {
     if (opt.json) {
-      json r = base_record(opt);
+      // Stdout only: the error may be --json-out's file itself.
+      ordered_json r = base_record(opt);
       const auto *se = dynamic_cast<const std::system_error *>(&e);
-      r.update({{"status", "error"},
-                {"errno", se != nullptr ? se->code().value() : 0},
-                {"error", e.what()}});
-      std::cout << r.dump() << "\n";
+      r.update(ordered_json{{"status", "error"},
+                            {"errno", se != nullptr ? se->code().value() : 0},
+                            {"error", e.what()}});
+      phxtools::RecordWriter(true).write(r);
     }
     std::cerr << "phx-load: " << e.what() << "\n";
     return kExitFailed;

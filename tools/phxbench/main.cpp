@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/cli.hpp"
+#include "common/json_record.hpp"
 #include "common/pattern_file.hpp"
 #include "common/units.hpp"
 #include "engine.hpp"
@@ -146,11 +147,12 @@ int run(const Options &o) {
   context.offset_alignment = file->offset_alignment();
 
   const phxbench::RunResult result = phxbench::run_benchmark(o, *engine, *file, context.length);
+  phxtools::RecordWriter records(o.json);
   if (o.json) {
-    std::cout << phxbench::make_record(o, context, result).dump() << '\n';
+    records.write(phxbench::make_record(o, context, result));
   }
   if (!o.quiet) {
-    phxbench::print_summary(o.json ? std::cerr : std::cout, o, context, result);
+    phxbench::print_summary(records.human(), o, context, result);
   }
   std::cout.flush();
   if (!std::cout) {

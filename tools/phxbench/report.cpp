@@ -10,7 +10,7 @@
 #include <iomanip>
 #include <sstream>
 
-#include "phoenix/config.h"
+#include "common/json_record.hpp"
 #include "phoenix/phoenix.h"
 
 namespace phxbench {
@@ -18,10 +18,7 @@ namespace {
 
 using nlohmann::ordered_json;
 
-template <typename T>
-ordered_json optional_json(const std::optional<T> &value) {
-  return value ? ordered_json(*value) : ordered_json(nullptr);
-}
+using phxtools::optional_json;
 
 double per_second(double amount, double seconds) {
   return seconds > 0 ? amount / seconds : 0.0;
@@ -112,10 +109,10 @@ ordered_json make_record(const Options &o, const RunContext &c, const RunResult 
       {"mismatched_ios", r.verify.mismatched_ios},
       {"first_mismatch_offset", optional_json(r.verify.first_mismatch_offset)},
   };
-  return {
-      {"schema", "phxbench/1"},
-      {"tool", "phxbench"},
-      {"version", PHOENIX_VERSION_STRING},
+  // "version" the tool's, "library_version" libphoenix's: one string in
+  // this statically linked build.
+  ordered_json record = phxtools::record_head("phxbench", {.schema = "phxbench/1"});
+  record.update(ordered_json{
       {"library_version", phxfs_version()},
       {"started_at", c.started_at},
       {"config", config},
@@ -132,7 +129,8 @@ ordered_json make_record(const Options &o, const RunContext &c, const RunResult 
       {"result", result},
       {"verify", verify},
       {"machine", machine_json()},
-  };
+  });
+  return record;
 }
 
 void print_summary(std::ostream &out, const Options &o, const RunContext &c, const RunResult &r) {

@@ -3,6 +3,7 @@
 // when unknown) so that scripts can index without checking.
 #include <nlohmann/json.hpp>
 
+#include "common/json_record.hpp"
 #include "phxfs_ioctl.h"
 #include "render.hpp"
 
@@ -13,11 +14,6 @@ using Json = nlohmann::ordered_json;
 
 Json text_or_null(const std::string &text) {
   return text.empty() ? Json() : Json(text);
-}
-
-template <typename T>
-Json value_or_null(const std::optional<T> &value) {
-  return value ? Json(*value) : Json();
 }
 
 Json flag_names(std::uint32_t flags) {
@@ -68,7 +64,7 @@ Json phxfs_module(const PhxfsModule &module) {
   }
   return {
       {"loaded", module.loaded},
-      {"version", value_or_null(module.version)},
+      {"version", phxtools::optional_json(module.version)},
       {"scan_error", text_or_null(module.scan_error)},
       {"devices", devices},
   };
@@ -82,8 +78,8 @@ Json iommu(const IommuInfo &info) {
   return {
       {"state", info.state},
       {"reason", info.reason},
-      {"sysfs_entries", value_or_null(info.sysfs_entries)},
-      {"groups", value_or_null(info.groups)},
+      {"sysfs_entries", phxtools::optional_json(info.sysfs_entries)},
+      {"groups", phxtools::optional_json(info.groups)},
       {"group_types", types},
       {"cmdline_options", info.cmdline_options},
       {"cmdline_error", text_or_null(info.cmdline_error)},
@@ -98,12 +94,12 @@ Json paths(const std::vector<PathProbe> &probes) {
         {"kind", p.kind},
         {"error", text_or_null(p.error)},
         {"fs_type", text_or_null(p.fs_type)},
-        {"fs_magic", value_or_null(p.fs_magic)},
+        {"fs_magic", phxtools::optional_json(p.fs_magic)},
         {"method", text_or_null(p.method)},
-        {"o_direct", value_or_null(p.o_direct)},
+        {"o_direct", phxtools::optional_json(p.o_direct)},
         {"o_direct_reason", text_or_null(p.o_direct_reason)},
-        {"dio_mem_align", value_or_null(p.dio_mem_align)},
-        {"dio_offset_align", value_or_null(p.dio_offset_align)},
+        {"dio_mem_align", phxtools::optional_json(p.dio_mem_align)},
+        {"dio_offset_align", phxtools::optional_json(p.dio_offset_align)},
         {"dio_align_note", text_or_null(p.dio_align_note)},
     });
   }
@@ -117,17 +113,17 @@ Json cuda(const CudaInfo &info) {
         {"index", d.index},
         {"name", text_or_null(d.name)},
         {"pci_bus_id", text_or_null(d.pci_bus_id)},
-        {"memory_bytes", value_or_null(d.memory_bytes)},
+        {"memory_bytes", phxtools::optional_json(d.memory_bytes)},
         {"error", text_or_null(d.error)},
     });
   }
   return {
       {"available", info.available},
       {"status", info.status},
-      {"library", value_or_null(info.library)},
-      {"driver_version", value_or_null(info.driver_version)},
-      {"device_count", value_or_null(info.device_count)},
-      {"visible_devices", value_or_null(info.visible_devices)},
+      {"library", phxtools::optional_json(info.library)},
+      {"driver_version", phxtools::optional_json(info.driver_version)},
+      {"device_count", phxtools::optional_json(info.device_count)},
+      {"visible_devices", phxtools::optional_json(info.visible_devices)},
       {"devices", devices},
   };
 }
@@ -148,12 +144,12 @@ void render_json(const Report &report, std::ostream &out) {
        }},
       {"kernel_config",
        {
-           {"source", value_or_null(report.kernel_config.source)},
+           {"source", phxtools::optional_json(report.kernel_config.source)},
            {"note", text_or_null(report.kernel_config.note)},
-           {"pci_p2pdma", value_or_null(report.kernel_config.pci_p2pdma)},
-           {"zone_device", value_or_null(report.kernel_config.zone_device)},
+           {"pci_p2pdma", phxtools::optional_json(report.kernel_config.pci_p2pdma)},
+           {"zone_device", phxtools::optional_json(report.kernel_config.zone_device)},
            {"iommu_default_passthrough",
-            value_or_null(report.kernel_config.iommu_default_passthrough)},
+            phxtools::optional_json(report.kernel_config.iommu_default_passthrough)},
        }},
       {"phxfs_module", phxfs_module(report.phxfs)},
       {"iommu", iommu(report.iommu)},
@@ -162,16 +158,17 @@ void render_json(const Report &report, std::ostream &out) {
       {"nvidia",
        {
            {"module_loaded", report.nvidia.module_loaded},
-           {"module_version", value_or_null(report.nvidia.module_version)},
-           {"p2p_get_pages", value_or_null(report.nvidia.p2p_get_pages)},
-           {"p2p_get_pages_persistent", value_or_null(report.nvidia.p2p_get_pages_persistent)},
+           {"module_version", phxtools::optional_json(report.nvidia.module_version)},
+           {"p2p_get_pages", phxtools::optional_json(report.nvidia.p2p_get_pages)},
+           {"p2p_get_pages_persistent",
+            phxtools::optional_json(report.nvidia.p2p_get_pages_persistent)},
            {"p2p_owner", text_or_null(report.nvidia.p2p_owner)},
            {"p2p_note", text_or_null(report.nvidia.p2p_note)},
        }},
       {"engine",
        {
            {"device", report.engine.device},
-           {"engine", value_or_null(report.engine.engine)},
+           {"engine", phxtools::optional_json(report.engine.engine)},
            {"reason", text_or_null(report.engine.reason)},
            {"error", text_or_null(report.engine.error)},
        }},
