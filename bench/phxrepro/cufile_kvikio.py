@@ -42,6 +42,19 @@ def loaded_cufile() -> list[str]:
     return found
 
 
+def kvikio_setting(kvikio, name: str):
+    """A kvikio setting by name: kvikio.defaults.get(name) in the releases
+    that have it, the older per-setting getter otherwise, None if neither."""
+    try:
+        return kvikio.defaults.get(name)
+    except Exception:  # noqa: BLE001  (older kvikio: no get(), or another name)
+        getter = getattr(kvikio.defaults, name, None)
+        try:
+            return getter() if callable(getter) else None
+        except Exception:  # noqa: BLE001
+            return None
+
+
 def emit(rec: dict) -> None:
     print(json.dumps(rec), flush=True)
 
@@ -63,8 +76,10 @@ def main(job: dict) -> int:
     preferred = getattr(kvikio.defaults, "is_compat_mode_preferred", None)
     settings = {"kvikio": getattr(kvikio, "__version__", "?"), "torch": torch.__version__,
                 "compat_mode_preferred": preferred() if preferred else None,
-                "nthreads": getattr(kvikio.defaults, "num_threads", lambda: None)(),
-                "task_size": getattr(kvikio.defaults, "task_size", lambda: None)()}
+                "nthreads": kvikio_setting(kvikio, "num_threads"),
+                "task_size": kvikio_setting(kvikio, "task_size"),
+                # Reads below it take kvikio's POSIX path without calling cuFile.
+                "gds_threshold": kvikio_setting(kvikio, "gds_threshold")}
     path = job["path"]
     length = os.path.getsize(path)
     fd = os.open(path, os.O_RDONLY)

@@ -52,6 +52,14 @@ class Environment(unittest.TestCase):
         self.assertEqual(env["KVIKIO_COMPAT_MODE"], "OFF")
         self.assertEqual(env["HOME"], "/root")
 
+    def test_shim_all_sizes_lowers_kvikios_gds_threshold(self):
+        env = cc.kvikio_env(self.base, "shim-all-sizes", SHIM)
+        self.assertEqual(env["LD_PRELOAD"].split(":")[0], SHIM)
+        self.assertEqual(env["KVIKIO_COMPAT_MODE"], "OFF")
+        self.assertEqual(int(env["KVIKIO_GDS_THRESHOLD"]), min(cc.SIZES))
+        for config in ("shim", "compat", "nvidia"):
+            self.assertNotIn("KVIKIO_GDS_THRESHOLD", cc.kvikio_env(self.base, config, SHIM))
+
     def test_compat_and_nvidia_never_see_the_shim(self):
         for config, mode in (("compat", "ON"), ("nvidia", "OFF")):
             env = cc.kvikio_env(self.base, config, SHIM)
@@ -128,6 +136,7 @@ class Summary(unittest.TestCase):
             recs.append(kv_rec("compat", r, 4096, 20e-6))
             recs.append(kv_rec("shim", r, 1 << 30, 0.5))
             recs.append(kv_rec("compat", r, 1 << 30, 0.4))
+            recs.append(kv_rec("shim-all-sizes", r, 4096, 30e-6))
             recs.append(kv_rec("nvidia", r, 4096, None, status="error", verified=None))
         out = cc.summarise(recs)
         by = {(r["metric"], r.get("library_name") or r.get("config"), r.get("size")): r
@@ -147,6 +156,10 @@ class Summary(unittest.TestCase):
         self.assertAlmostEqual(small["speedup"], 20 / 11)
         big = by[("kvikio_shim_over_compat", None, 1 << 30)]
         self.assertFalse(big["not_slower"])
+        all_sizes = by[("kvikio_shim_all_sizes_over_compat", None, 4096)]
+        self.assertFalse(all_sizes["not_slower"])
+        self.assertAlmostEqual(all_sizes["speedup"], 20 / 30)
+        self.assertNotIn(("kvikio_shim_all_sizes_over_compat", None, 1 << 30), by)
 
     def test_overhead_over_the_goal(self):
         recs = [tool_rec("phoenix", 0, "call_overhead", size=4096, goal_us=2.0, cufile_p50_us=9.0,
