@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import pathlib
+import sys
 
 
 def flatten(record: dict, prefix: str = "") -> dict:
@@ -52,3 +54,19 @@ def measured(records: list[dict]) -> list[dict]:
 
 def unavailable(records: list[dict]) -> list[dict]:
     return [r for r in records if r.get("status") == "unavailable"]
+
+
+def stdout_emitter():
+    """For a worker process whose stdout carries JSON records: keeps a
+    private copy of stdout for the records and points file descriptor 1
+    and sys.stdout at stderr, so whatever the libraries print cannot
+    interleave with them.  Returns emit(record), one flushed line each."""
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def emit(rec: dict) -> None:
+        out.write(json.dumps(rec, default=str) + "\n")
+        out.flush()
+
+    return emit

@@ -30,6 +30,7 @@ import traceback
 
 from . import pagecache, verify
 from .loaders import LOADERS
+from ..records import stdout_emitter
 
 BASE_DISTS = ("torch", "safetensors", "numpy")
 
@@ -331,14 +332,7 @@ def run_member(job: dict, emit) -> None:
 
 def main() -> int:
     job = json.loads(sys.argv[1])
-    # Records own stdout; whatever the loaders print goes to stderr.
-    out = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-
-    def emit(rec: dict) -> None:
-        out.write(json.dumps(rec, default=str) + "\n")
-        out.flush()
+    emit = stdout_emitter()
 
     mode = job.get("mode", "load")
     {"load": run_load, "concurrent": run_concurrent, "member": run_member}[mode](job, emit)
