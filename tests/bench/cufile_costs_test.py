@@ -7,14 +7,12 @@ goals computed from hand-made records.  Usage: cufile_costs_test.py
 
 import os
 import pathlib
-import sys
 import tempfile
 import unittest
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-if len(sys.argv) > 1 and not sys.argv[1].startswith("-"):
-    REPO = pathlib.Path(sys.argv.pop(1)).resolve()
-sys.path.insert(0, str(REPO / "bench"))
+from bench_args import folders
+
+REPO, _ = folders()
 
 from phxrepro import cufile_kvikio  # noqa: E402
 from phxrepro.experiments import cufile_costs as cc  # noqa: E402

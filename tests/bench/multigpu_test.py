@@ -14,25 +14,14 @@ import sys
 import tempfile
 import unittest
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-if len(sys.argv) > 1 and not sys.argv[1].startswith("-"):
-    REPO = pathlib.Path(sys.argv.pop(1)).resolve()
-BUILD = REPO / "build" / "default"
-if len(sys.argv) > 1 and not sys.argv[1].startswith("-"):
-    BUILD = pathlib.Path(sys.argv.pop(1)).resolve()
-sys.path.insert(0, str(REPO / "bench"))
+from bench_args import folders, have
+
+REPO, BUILD = folders(build=True)
 
 from phxrepro import checkpoint  # noqa: E402
 from phxrepro.experiments import fig12_models as models  # noqa: E402
 from phxrepro.experiments import multigpu  # noqa: E402
 
-
-def have(module: str) -> bool:
-    try:
-        __import__(module)
-        return True
-    except ImportError:
-        return False
 
 
 def names(model: str) -> list[str]:

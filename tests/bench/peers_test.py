@@ -13,21 +13,13 @@ import sys
 import tempfile
 import unittest
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-if len(sys.argv) > 1 and not sys.argv[1].startswith("-"):
-    REPO = pathlib.Path(sys.argv.pop(1)).resolve()
-sys.path.insert(0, str(REPO / "bench"))
+from bench_args import folders, have
+
+REPO, _ = folders()
 
 from phxrepro import checkpoint  # noqa: E402
 from phxrepro.peers import loaders, pagecache, schedule, verify  # noqa: E402
 
-
-def have(module: str) -> bool:
-    try:
-        __import__(module)
-        return True
-    except ImportError:
-        return False
 
 
 def worker(job: dict) -> list[dict]:
