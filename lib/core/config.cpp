@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "core/config.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
@@ -56,6 +57,22 @@ std::size_t env_size(const char *name, std::size_t fallback, std::size_t min, st
     throw_errno(EINVAL, std::string(name) + "=" + std::string(*text) +
                             ": expected a size between " + std::to_string(min) + " and " +
                             std::to_string(max) + " bytes (suffixes K, M, G)");
+  }
+  return *value;
+}
+
+std::size_t env_count(const char *name, std::size_t fallback, std::size_t min, std::size_t max) {
+  auto text = env_string(name);
+  if (!text) {
+    return fallback;
+  }
+  const bool digits =
+      std::all_of(text->begin(), text->end(), [](char c) { return c >= '0' && c <= '9'; });
+  auto value = digits ? parse_size(*text) : std::nullopt;
+  if (!value || *value < min || *value > max) {
+    throw_errno(EINVAL, std::string(name) + "=" + std::string(*text) +
+                            ": expected a whole number between " + std::to_string(min) + " and " +
+                            std::to_string(max));
   }
   return *value;
 }

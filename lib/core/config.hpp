@@ -20,6 +20,13 @@ namespace phx::detail {
 [[nodiscard]] std::size_t env_size(const char *name, std::size_t fallback, std::size_t min,
                                    std::size_t max);
 
+/// Value of count variable @p name (threads, depths: a whole number, no
+/// suffix) within [min, max], @p fallback when unset.  Throws
+/// std::system_error(EINVAL) naming the variable when malformed or out of
+/// range.
+[[nodiscard]] std::size_t env_count(const char *name, std::size_t fallback, std::size_t min,
+                                    std::size_t max);
+
 /// The variable's value, or nullopt when unset or empty.
 [[nodiscard]] std::optional<std::string_view> env_string(const char *name);
 

@@ -71,7 +71,7 @@ ProcessDefaults read_environment() {
     d.engine_origin = "PHX_ENGINE=" + std::string(*engine);
   }
   o.queue_depth = static_cast<unsigned>(
-      env_size("PHX_QUEUE_DEPTH", o.queue_depth, kQueueDepth.min, kQueueDepth.max));
+      env_count("PHX_QUEUE_DEPTH", o.queue_depth, kQueueDepth.min, kQueueDepth.max));
   // PHX_CHUNK_SIZE used to be both the staging buffer and the compat chunk
   // (on every descriptor); the new names win where both are set.
   const std::size_t legacy_chunk =
@@ -79,11 +79,11 @@ ProcessDefaults read_environment() {
   o.staging_bytes = env_size("PHX_STAGING_SIZE", legacy_chunk != 0 ? legacy_chunk : o.staging_bytes,
                              kStaging.min, kStaging.max);
   o.copy_threads = static_cast<unsigned>(
-      env_size("PHX_COPY_THREADS",
-               legacy_size("PHX_NTHREADS", "PHX_COPY_THREADS", o.copy_threads, kCopyThreads),
-               kCopyThreads.min, kCopyThreads.max));
+      env_count("PHX_COPY_THREADS",
+                legacy_size("PHX_NTHREADS", "PHX_COPY_THREADS", o.copy_threads, kCopyThreads),
+                kCopyThreads.min, kCopyThreads.max));
   o.copy_depth = static_cast<unsigned>(
-      env_size("PHX_COPY_DEPTH", o.copy_depth, kCopyDepth.min, kCopyDepth.max));
+      env_count("PHX_COPY_DEPTH", o.copy_depth, kCopyDepth.min, kCopyDepth.max));
   o.copy_chunk =
       round_to_page(env_size("PHX_COPY_CHUNK", legacy_chunk != 0 ? legacy_chunk : o.copy_chunk,
                              kCopyChunk.min, kCopyChunk.max));
@@ -91,7 +91,7 @@ ProcessDefaults read_environment() {
       env_size("PHX_COPY_DIRECT_CHUNK", legacy_chunk != 0 ? legacy_chunk : o.copy_direct_chunk,
                kCopyChunk.min, kCopyChunk.max));
   o.stream_workers = static_cast<unsigned>(
-      env_size("PHX_STREAM_WORKERS", o.stream_workers, kStreamWorkers.min, kStreamWorkers.max));
+      env_count("PHX_STREAM_WORKERS", o.stream_workers, kStreamWorkers.min, kStreamWorkers.max));
   o.stream_staging_bytes = env_size("PHX_STREAM_STAGING", o.stream_staging_bytes,
                                     kStreamStaging.min, kStreamStaging.max);
   return d;

@@ -114,6 +114,17 @@ TEST_F(OptionsTest, MalformedOrOutOfRangeNamesTheVariable) {
     EXPECT_NE(text.find(value), std::string::npos) << text;
     ::unsetenv(name);
   }
+  // Counts are whole numbers, not sizes: no byte suffix, none in the words.
+  for (const auto &[name, value] :
+       {std::pair{"PHX_COPY_DEPTH", "1"}, std::pair{"PHX_COPY_THREADS", "4K"},
+        std::pair{"PHX_QUEUE_DEPTH", "-3"}, std::pair{"PHX_STREAM_WORKERS", "2000"}}) {
+    SCOPED_TRACE(std::string(name) + "=" + value);
+    ::setenv(name, value, 1);
+    const std::string text = einval_text([] { (void)Options::from_environment(); });
+    EXPECT_NE(text.find("whole number"), std::string::npos) << text;
+    EXPECT_EQ(text.find("bytes"), std::string::npos) << text;
+    ::unsetenv(name);
+  }
 }
 
 // Read once: a later change reaches defaults() only through a refresh.
