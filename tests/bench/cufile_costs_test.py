@@ -58,6 +58,13 @@ class Environment(unittest.TestCase):
         for config in ("shim", "compat", "nvidia"):
             self.assertNotIn("KVIKIO_GDS_THRESHOLD", cc.kvikio_env(self.base, config, SHIM))
 
+    def test_compat_all_sizes_is_compat_mode_on_the_same_path(self):
+        env = cc.kvikio_env(self.base, "compat-all-sizes", SHIM)
+        self.assertEqual(env["KVIKIO_COMPAT_MODE"], "ON")
+        self.assertEqual(int(env["KVIKIO_GDS_THRESHOLD"]), min(cc.SIZES))
+        self.assertEqual(env["LD_PRELOAD"], "/usr/lib/libfoo.so")
+        self.assertNotIn("cufile_shim", env["LD_LIBRARY_PATH"])
+
     def test_compat_and_nvidia_never_see_the_shim(self):
         for config, mode in (("compat", "ON"), ("nvidia", "OFF")):
             env = cc.kvikio_env(self.base, config, SHIM)
@@ -135,6 +142,7 @@ class Summary(unittest.TestCase):
             recs.append(kv_rec("shim", r, 1 << 30, 0.5))
             recs.append(kv_rec("compat", r, 1 << 30, 0.4))
             recs.append(kv_rec("shim-all-sizes", r, 4096, 30e-6))
+            recs.append(kv_rec("compat-all-sizes", r, 4096, 31e-6))
             recs.append(kv_rec("nvidia", r, 4096, None, status="error", verified=None))
         out = cc.summarise(recs)
         by = {(r["metric"], r.get("library_name") or r.get("config"), r.get("size")): r
@@ -158,6 +166,9 @@ class Summary(unittest.TestCase):
         self.assertFalse(all_sizes["not_slower"])
         self.assertAlmostEqual(all_sizes["speedup"], 20 / 30)
         self.assertNotIn(("kvikio_shim_all_sizes_over_compat", None, 1 << 30), by)
+        same_path = by[("kvikio_shim_all_sizes_over_compat_all_sizes", None, 4096)]
+        self.assertTrue(same_path["not_slower"])
+        self.assertAlmostEqual(same_path["speedup"], 31 / 30)
 
     def test_overhead_over_the_goal(self):
         recs = [tool_rec("phoenix", 0, "call_overhead", size=4096, goal_us=2.0, cufile_p50_us=9.0,
