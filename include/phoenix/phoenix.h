@@ -128,6 +128,16 @@ PHXFS_API PHXFS_NODISCARD int phxfs_open_options(int device_id, const phxfs_opti
  */
 PHXFS_API int phxfs_close(int device_id);
 
+/**
+ * phxfs_release_idle_engines - let go of the engines kept set up after
+ * their devices closed.  A compat GPU's engine (copy threads, their streams
+ * and pinned staging) outlives its last phxfs_close(), so that the next
+ * open of that GPU finds it ready; one per device id, until this call or
+ * the end of the process.  Engines a device still uses stop at its close.
+ * Returns how many engines were idle and are stopped now.
+ */
+PHXFS_API int phxfs_release_idle_engines(void);
+
 /** phxfs_device_engine - the engine serving an open device, or
  *  PHXFS_ENGINE_ERROR with errno EINVAL/ENODEV. */
 PHXFS_API phxfs_engine_t phxfs_device_engine(int device_id);

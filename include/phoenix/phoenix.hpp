@@ -103,6 +103,16 @@ struct EngineChoice {
 [[nodiscard]] PHX_EXPORT EngineChoice choose_engine(int device_id,
                                                     Engine requested = Engine::automatic);
 
+/// Stops the engines kept set up after their devices closed.  Devices of
+/// one GPU open at the same time share a compat engine (copy threads,
+/// streams, pinned staging), and the latest one of each device outlives its
+/// last close, so that the next Device::open() (a new Loader's, a one-line
+/// load's) starts with its threads running and its staging pinned; it stays
+/// until this call or the end of the process.  An engine some device still
+/// uses stops at that device's close instead.  Returns how many engines
+/// were idle and are stopped now.
+PHX_EXPORT std::size_t release_idle_engines() noexcept;
+
 /// Tunables of one device and the I/O through it, one meaning per name.
 ///
 /// Options{} holds the built-in defaults; Options::defaults() is those with

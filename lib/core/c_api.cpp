@@ -357,6 +357,10 @@ phxfs_engine_t phxfs_device_engine(int device_id) {
                  [&] { return engine_to_c(devices().get(device_id)->engine()); });
 }
 
+int phxfs_release_idle_engines(void) {
+  return static_cast<int>(phx::release_idle_engines());
+}
+
 const char *phxfs_engine_name(phxfs_engine_t engine) {
   // Table names are literals, so data() is NUL-terminated.
   const phx::detail::EngineEntry *entry = phx::detail::find_engine(engine);

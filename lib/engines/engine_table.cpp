@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -14,6 +13,7 @@
 #include "core/error.hpp"
 #include "core/options.hpp"
 #include "engines/direct/driver.hpp"
+#include "engines/shared_engines.hpp"
 #include "phxfs_ioctl.h"
 
 #if PHX_WITH_CUDA
@@ -182,30 +182,9 @@ std::shared_ptr<EngineBackend> make_backend(int device_id, Engine engine, const 
   if (!entry->shared) {
     return entry->make(device_id, options);
   }
-  // Shared while some device holds it: a weak reference, so that the last
-  // close still stops the threads and unpins the staging.
-  struct Live {
-    int device_id;
-    Options options;
-    std::weak_ptr<EngineBackend> backend;
-  };
-  static std::mutex mutex;
-  static auto *live =
-      new std::vector<Live>;  // NOLINT(cppcoreguidelines-owning-memory): outlives exit
   Options key = options;
   key.engine = engine;
-  const std::lock_guard lock(mutex);
-  std::erase_if(*live, [](const Live &l) { return l.backend.expired(); });
-  for (const Live &l : *live) {
-    if (l.device_id == device_id && l.options == key) {
-      if (auto backend = l.backend.lock()) {
-        return backend;
-      }
-    }
-  }
-  std::shared_ptr<EngineBackend> backend = entry->make(device_id, options);
-  live->push_back({device_id, key, backend});
-  return backend;
+  return shared_backend(device_id, key, entry->make, options);
 }
 
 }  // namespace phx::detail

@@ -30,13 +30,14 @@ import os
 import threading
 from typing import Any, Callable, Generic, Iterable, List, Mapping, Optional, Sequence, TypeVar, Union
 
-from ._phoenix import Device, Options, Registration, Tensor, __version__, engine_for
+from ._phoenix import (Device, Options, Registration, Tensor, __version__, engine_for,
+                       release_idle_engines)
 from ._phoenix import File as _File
 from ._phoenix import Loader as _Loader
 
 __all__ = [
     "Device", "File", "IOFuture", "Loader", "Options", "Registration", "Tensor", "engine_for",
-    "load_safetensors", "__version__",
+    "load_safetensors", "release_idle_engines", "__version__",
 ]
 
 T = TypeVar("T")
@@ -245,5 +246,7 @@ def load_safetensors(
     torch/numpy/cupy/jax arrays with ``framework=``.  ``options`` are
     :class:`Loader`'s (engine, device_map, cache, chunk_size, queue_depth,
     parallel_files, pinned).  Errors raise OSError with the errno set.
+    The GPU's engine (copy threads, pinned staging) stays set up for the
+    next call; :func:`release_idle_engines` lets it go.
     """
     return Loader(device, **options).load(paths, framework=framework, progress=progress)

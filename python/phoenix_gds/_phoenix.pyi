@@ -186,3 +186,6 @@ class File:
 
 def engine_for(device: str = "cuda:0") -> str:
     """The engine auto picks for a device."""
+
+def release_idle_engines() -> int:
+    """Stops the engines kept set up after their devices closed; returns how many."""

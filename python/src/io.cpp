@@ -90,6 +90,7 @@ struct RegState {
         device->close(entry);
       }
       entry.reset();
+      device.reset();
       buffer.reset();
       object = py::none();
     }
@@ -153,6 +154,10 @@ class PyDevice {
     }
     const py::gil_scoped_release release;
     entry_ = device_entry(target_.device, e, !target_.cuda, options ? &*options : nullptr);
+    id_ = entry_->device().id();
+    engine_ = std::string(phx::to_string(entry_->device().engine()));
+    reason_ = entry_->device().engine_reason();
+    options_ = entry_->device().options();
   }
 
   PyRegistration register_buffer(const py::object &object) {
@@ -186,20 +191,24 @@ class PyDevice {
       }
     }
     regs_.clear();
+    if (entry_) {
+      registered_at_close_ = entry_->registered_total();
+    }
+    // A closed Device no longer holds the engine: release_idle_engines()
+    // may stop it once nothing else does.
+    entry_.reset();
     closed_ = true;
   }
   [[nodiscard]] bool closed() const noexcept { return closed_; }
-  [[nodiscard]] int id() const noexcept { return entry_->device().id(); }
-  [[nodiscard]] std::string engine() const {
-    return std::string(phx::to_string(entry_->device().engine()));
-  }
-  [[nodiscard]] std::string reason() const { return entry_->device().engine_reason(); }
-  [[nodiscard]] phx::Options options() const { return entry_->device().options(); }
+  [[nodiscard]] int id() const noexcept { return id_; }
+  [[nodiscard]] const std::string &engine() const noexcept { return engine_; }
+  [[nodiscard]] const std::string &reason() const noexcept { return reason_; }
+  [[nodiscard]] phx::Options options() const { return options_; }
   [[nodiscard]] const std::string &name() const noexcept { return name_; }
   [[nodiscard]] py::dict stats() const {
     py::dict d;
-    d["live"] = entry_->count();
-    d["registered"] = entry_->registered_total();
+    d["live"] = entry_ ? entry_->count() : 0;
+    d["registered"] = entry_ ? entry_->registered_total() : registered_at_close_;
     return d;
   }
 
@@ -211,7 +220,12 @@ class PyDevice {
   }
   std::string name_;
   Target target_;
-  std::shared_ptr<DeviceEntry> entry_;
+  std::shared_ptr<DeviceEntry> entry_;  // null once closed
+  int id_ = 0;
+  std::string engine_;
+  std::string reason_;
+  phx::Options options_;
+  std::uint64_t registered_at_close_ = 0;
   std::vector<std::weak_ptr<RegState>> regs_;
   bool closed_ = false;
 };

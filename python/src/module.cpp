@@ -18,6 +18,7 @@
 #include "options.hpp"
 #include "phoenix/phoenix.hpp"
 #include "phoenix/safetensors.hpp"
+#include "registry.hpp"
 
 namespace py = pybind11;
 namespace st = phx::safetensors;
@@ -264,5 +265,17 @@ PYBIND11_MODULE(_phoenix, m) {
         return std::string(phx::to_string(phx::choose_engine(t.device).engine));
       },
       py::arg("device") = "cuda:0", "The engine auto picks for a device");
+  m.def(
+      "release_idle_engines",
+      [] {
+        const py::gil_scoped_release release;  // joins copy threads
+        (void)phx::python::close_unused_entries();
+        return phx::release_idle_engines();
+      },
+      R"(Stops the engines kept set up after their devices closed; returns how many.
+
+A GPU's compat engine (copy threads, pinned staging) outlives the Loader or
+Device that used it, so the next load in the process starts with it ready;
+it stays until this call or the end of the process.)");
   m.attr("__version__") = PHOENIX_VERSION_STRING;
 }

@@ -270,4 +270,23 @@ std::vector<std::shared_ptr<DeviceEntry>> open_entries(int id, bool cpu) {
   return out;
 }
 
+std::size_t close_unused_entries() {
+  std::vector<std::shared_ptr<DeviceEntry>> closing;  // closed after the lock is released
+  {
+    Table &t = table();
+    const std::lock_guard lock(t.mutex);
+    // Holders only appear through device_entry(), under this lock: an
+    // entry the table alone holds, with nothing registered, stays unused.
+    for (auto it = t.entries.begin(); it != t.entries.end();) {
+      if (it->second.use_count() == 1 && it->second->count() == 0) {
+        closing.push_back(std::move(it->second));
+        it = t.entries.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  return closing.size();
+}
+
 }  // namespace phx::python

@@ -104,6 +104,11 @@ class DeviceEntry {
 /// Entries already opened for CUDA device @p id, or for host memory.
 [[nodiscard]] std::vector<std::shared_ptr<DeviceEntry>> open_entries(int id, bool cpu);
 
+/// Closes the devices that nothing uses any more (no Device object, no
+/// registration, no I/O in flight) and returns how many.  Their engines are
+/// then idle, for phx::release_idle_engines().
+std::size_t close_unused_entries();
+
 }  // namespace phx::python
 
 #endif  // PHOENIX_PYTHON_REGISTRY_HPP

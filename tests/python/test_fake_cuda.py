@@ -101,6 +101,15 @@ def child(scratch):
     with phx.File(out, "w") as f:
         assert f.pwrite(gpu, size - 1, 0, 1) == size - 1
     assert out.read_bytes() == data[1:].tobytes()
+
+    # Every Device is closed: the GPU's engine stays set up until released.
+    assert phx.release_idle_engines() == 1
+    assert phx.release_idle_engines() == 0
+    again = FakeCudaArray(size)
+    with phx.File(path) as f:
+        assert f.pread(again, size, 0, 0) == size  # a new engine
+    assert again.host().tobytes() == data.tobytes()
+    assert phx.release_idle_engines() == 1
     print("fake cuda: ok")
 
 

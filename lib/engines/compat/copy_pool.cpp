@@ -126,14 +126,24 @@ CopyPool::CopyPool(std::shared_ptr<const cuda::Gpu> gpu, CopyPoolConfig config)
       free_lanes_.push_back(&lane);
     }
   }
+  pinned_.resize(config_.threads * config_.depth);
   threads_.reserve(config_.threads);
   for (std::size_t i = 0; i < config_.threads; ++i) {
-    threads_.emplace_back(
-        [this, r = std::move(resources[i])]() mutable { worker(r.stream, std::move(r.events)); });
+    threads_.emplace_back([this, i, r = std::move(resources[i])]() mutable {
+      worker(i, r.stream, std::move(r.events));
+    });
   }
 }
 
 CopyPool::~CopyPool() {
+  {
+    const std::lock_guard lock(pinned_mutex_);
+    pin_stop_ = true;
+  }
+  pinned_ready_.notify_all();
+  if (pinner_.joinable()) {
+    pinner_.join();
+  }
   {
     const std::lock_guard lock(mutex_);
     stop_ = true;
@@ -152,6 +162,41 @@ CopyPool::~CopyPool() {
       (void)d.StreamDestroy(lane.stream);
     }
   }
+}
+
+void CopyPool::pin_ahead() noexcept {
+  // Buffered chunks are the smaller ones; an O_DIRECT job grows its slots.
+  const std::size_t size = std::min(config_.chunk, config_.direct_chunk);
+  for (std::size_t k = 0; k < pinned_.size(); ++k) {
+    PinnedBuffer buffer;
+    try {
+      buffer = PinnedBuffer(size);
+    } catch (...) {
+      const std::lock_guard lock(pinned_mutex_);
+      pin_failed_ = true;
+      break;
+    }
+    const std::lock_guard lock(pinned_mutex_);
+    if (pin_stop_) {
+      break;  // freed here, with a context the buffer's destructor makes current
+    }
+    pinned_[k] = std::move(buffer);
+    pinned_count_ = k + 1;
+    pinned_ready_.notify_all();
+  }
+  const std::lock_guard lock(pinned_mutex_);
+  pinned_ready_.notify_all();
+}
+
+PinnedBuffer CopyPool::take_pinned(std::size_t worker, std::size_t slot) noexcept {
+  const std::size_t k = slot * config_.threads + worker;
+  std::unique_lock lock(pinned_mutex_);
+  if (k >= pinned_.size()) {
+    return {};
+  }
+  // Bounded: the pinner moves on or stops after each cuMemHostAlloc.
+  pinned_ready_.wait(lock, [&] { return pinned_count_ > k || pin_failed_ || pin_stop_; });
+  return pinned_count_ > k ? std::move(pinned_[k]) : PinnedBuffer();
 }
 
 CopyPool::Lane *CopyPool::take_lane() noexcept {
@@ -235,7 +280,8 @@ bool CopyPool::take(Task &task, bool wait) {
   return true;
 }
 
-void CopyPool::worker(cuda::CUstream stream, std::vector<cuda::CUevent> events) noexcept {
+void CopyPool::worker(std::size_t worker_index, cuda::CUstream stream,
+                      std::vector<cuda::CUevent> events) noexcept {
   const cuda::Driver &d = *cuda::driver();
   try {
     gpu_->make_current();
@@ -278,11 +324,11 @@ void CopyPool::worker(cuda::CUstream stream, std::vector<cuda::CUevent> events) 
     std::uint64_t offset = 0;
     std::size_t length = 0;
     job.range(task.index, offset, length);
-    // Staging is pinned by each worker when its first chunk needs it, sized
-    // to that chunk: a device's first transfer no longer waits for every
-    // worker's buffers to be pinned one after another (threads x depth x
-    // 16 MiB = 384 MiB, about 0.1 s), and buffered descriptors' 4 MiB
-    // chunks pin a quarter of it.  A larger chunk later grows the slot.
+    // A slot's first buffer comes from pin_ahead(); a larger chunk later
+    // (O_DIRECT's), or a failed pin ahead, has the worker pin its own.
+    if (s.buffer.size() == 0) {
+      s.buffer = take_pinned(worker_index, static_cast<std::size_t>(&s - slots.data()));
+    }
     if (s.buffer.size() < job.chunk) {
       try {
         s.buffer = PinnedBuffer();
@@ -374,6 +420,7 @@ TransferResult CopyPool::run(Direction dir, int fd, std::uintptr_t device, std::
     }
   }
   try {
+    std::call_once(pinner_once_, [this] { pinner_ = std::thread([this] { pin_ahead(); }); });
     Job job;
     job.dir = dir;
     job.fd = fd;

@@ -6,11 +6,15 @@
 // tests/gpu; here it runs in CI and under the sanitizers.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -328,6 +332,52 @@ TEST_F(CompatEngine, CudaCopyFailureIsReportedAndRecovered) {
   expect_read_landed(mem.download(), 0, kSize, 0, std::byte{0});
 }
 
+// The copy threads' staging is pinned ahead by one thread, threads x depth
+// slots and no more, however many reads follow; when pinning ahead fails
+// part way, the workers pin their own and every byte still lands.
+TEST_F(CompatEngine, StagingPinnedAheadOnceAndRecoveredFromFailure) {
+  constexpr std::size_t kSize = (std::size_t{24} << 20) + 4096;  // chunks for every slot
+  write_pattern_file(dir_ / "in", kSize, kSeed);
+  Options three = Options::defaults();
+  three.engine = Engine::compat;
+  three.copy_threads = 3;
+  three.copy_depth = 2;
+  const auto settled = [](long want) {
+    for (int i = 0; i < 2000 && fake_counts().host_allocs != want; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return fake_counts().host_allocs;
+  };
+  // The lanes' buffers are the pool's first four cuMemHostAlloc calls; the
+  // pinner's come next.  0: no failure.
+  for (const unsigned fail_pin : {0U, 1U, 4U}) {
+    (void)release_idle_engines();
+    const long idle = fake_counts().host_allocs;
+    if (fail_pin != 0) {
+      phx_fake_cuda_fail_call("cuMemHostAlloc",
+                              static_cast<unsigned>(detail::CopyPool::kInlineLanes) + fail_pin, 2);
+    }
+    {
+      FakeDeviceMemory mem(kSize);
+      auto dev = Device::open(0, three);
+      auto reg = dev.register_memory(mem.data(), mem.size());
+      File f(dir_ / "in", O_RDONLY);
+      for (int round = 0; round < 3; ++round) {
+        mem.fill(std::byte{0});
+        ASSERT_EQ(f.read(reg, 0, kSize, 0), kSize) << "pin " << fail_pin << " failing";
+        expect_read_landed(mem.download(), 0, kSize, 0, std::byte{0});
+      }
+      phx_fake_cuda_clear_failures();
+      if (fail_pin == 0) {
+        const long want = idle + static_cast<long>(detail::CopyPool::kInlineLanes) + 3 * 2;
+        EXPECT_EQ(settled(want), want) << "staging beyond threads x depth, or some never pinned";
+      }
+    }
+    EXPECT_EQ(release_idle_engines(), 1U);
+    EXPECT_EQ(fake_counts().host_allocs, idle) << "pinned staging outlived its engine";
+  }
+}
+
 // Slow copies: a read may return only once its copies are done, not when
 // the file's bytes are in staging (the download does not wait for streams).
 TEST_F(CompatEngine, ReadsWaitForTheirCopies) {
@@ -437,8 +487,9 @@ TEST_F(CompatEngine, ReadAsyncAfterWriteAsyncSeesTheWrite) {
 }
 
 // Opening, using and closing devices leaves no stream, event, pinned or
-// device memory or context behind (the first round may set up per-process
-// state, so the second is compared with the first).
+// device memory or context behind but the engine kept for the next open,
+// which release_idle_engines() stops (the first round may set up
+// per-process state, so the second is compared with the first).
 TEST_F(CompatEngine, DevicesLeaveNoHandlesBehind) {
   write_pattern_file(dir_ / "in", std::size_t{3} << 20, kSeed);
   const auto round = [&] {
@@ -450,9 +501,11 @@ TEST_F(CompatEngine, DevicesLeaveNoHandlesBehind) {
     EXPECT_EQ(f.read(reg, 0, 4096, 0), 4096U);
   };
   round();
+  EXPECT_EQ(release_idle_engines(), 1U);
   const auto before = fake_counts();
   round();
   round();
+  EXPECT_EQ(release_idle_engines(), 1U);
   const auto after = fake_counts();
   EXPECT_EQ(after.streams, before.streams);
   EXPECT_EQ(after.events, before.events);
@@ -464,10 +517,13 @@ TEST_F(CompatEngine, DevicesLeaveNoHandlesBehind) {
 
 // Devices of one GPU open at the same time with the same options share one
 // engine (copy threads, streams, staging); other options get their own; the
-// last close stops it.  Bytes land through each device either way.
+// last close of an engine stops it unless it is the device's latest, which
+// stays for the next open until release_idle_engines().  Bytes land through
+// each device either way.
 TEST_F(CompatEngine, OpenDevicesShareOneEngine) {
   constexpr std::size_t kSize = std::size_t{3} << 20;
   write_pattern_file(dir_ / "in", kSize, kSeed);
+  (void)release_idle_engines();
   const auto read_through = [&](Device &dev) {
     FakeDeviceMemory mem(kSize);
     mem.fill(std::byte{0});
@@ -493,12 +549,84 @@ TEST_F(CompatEngine, OpenDevicesShareOneEngine) {
       read_through(other);
       EXPECT_GT(fake_counts().streams, one.streams) << "other options share the engine";
     }
-    EXPECT_EQ(fake_counts().streams, one.streams);
+    // The first engine lives on with `first`; the other, the latest, is kept.
+    EXPECT_GT(fake_counts().streams, one.streams);
     read_through(first);
+  }
+  const auto closed = fake_counts();
+  EXPECT_GT(closed.streams, idle.streams) << "the latest engine was not kept";
+  EXPECT_EQ(release_idle_engines(), 1U);
+  const auto released = fake_counts();
+  EXPECT_EQ(released.streams, idle.streams);
+  EXPECT_EQ(released.host_allocs, idle.host_allocs);
+  EXPECT_EQ(released.events, idle.events);
+}
+
+// Opens a compat device, reads the first @p size bytes of @p path through
+// it into zeroed device memory, closes it; whether every byte landed.
+bool read_through_new_device(const std::filesystem::path &path, std::size_t size) {
+  FakeDeviceMemory mem(size);
+  mem.fill(std::byte{0});
+  auto dev = Device::open(0, Engine::compat);
+  auto reg = dev.register_memory(mem.data(), mem.size());
+  File f(path, O_RDONLY);
+  return f.read(reg, 0, size, 0) == size && !find_mismatch(mem.download(), kSeed, 0).has_value();
+}
+
+// The engine kept after the last close serves the next open as it is:
+// no new streams, events or pinned memory; reads through it land.  An
+// engine a device still uses is not idle: release_idle_engines() leaves it
+// to that device's close, which then stops it.
+TEST_F(CompatEngine, KeptEngineServesTheNextOpen) {
+  constexpr std::size_t kSize = std::size_t{1} << 20;  // an inline lane's
+  write_pattern_file(dir_ / "in", kSize, kSeed);
+  (void)release_idle_engines();
+  const auto idle = fake_counts();
+  const auto load = [&] { EXPECT_TRUE(read_through_new_device(dir_ / "in", kSize)); };
+  load();
+  const auto kept = fake_counts();
+  EXPECT_GT(kept.streams, idle.streams);
+  EXPECT_GT(kept.host_allocs, idle.host_allocs);
+  load();
+  const auto again = fake_counts();
+  EXPECT_EQ(again.streams, kept.streams) << "the next open built a new engine";
+  EXPECT_EQ(again.events, kept.events);
+  EXPECT_EQ(again.host_allocs, kept.host_allocs);
+  EXPECT_GT(again.copies, kept.copies);
+  {
+    auto dev = Device::open(0, Engine::compat);
+    EXPECT_EQ(release_idle_engines(), 0U) << "an engine in use counted as idle";
+    EXPECT_EQ(fake_counts().streams, kept.streams);
   }
   const auto closed = fake_counts();
   EXPECT_EQ(closed.streams, idle.streams);
   EXPECT_EQ(closed.host_allocs, idle.host_allocs);
+  EXPECT_EQ(release_idle_engines(), 0U);
+}
+
+// A child of fork() has none of its parent's copy threads: it must not be
+// handed the engine the parent kept (its jobs would wait for threads that
+// do not exist), but build its own and read through it.
+TEST_F(CompatEngine, ForkedChildBuildsItsOwnEngine) {
+  constexpr std::size_t kSize = std::size_t{3} << 20;  // through the copy threads
+  write_pattern_file(dir_ / "in", kSize, kSeed);
+  const auto load = [&] { return read_through_new_device(dir_ / "in", kSize); };
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer does not run threads started after a multi-threaded fork";
+#endif
+  ASSERT_TRUE(load());  // the parent's engine, kept
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::alarm(30);  // a hang fails the test instead of stalling the suite
+    std::_Exit(load() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "child ended by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's read did not land";
+  EXPECT_TRUE(load()) << "the parent's kept engine no longer works";
+  (void)release_idle_engines();
 }
 
 }  // namespace
