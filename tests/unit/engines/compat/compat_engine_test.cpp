@@ -361,7 +361,11 @@ TEST_F(CompatEngine, StagingPinnedAheadOnceAndRecoveredFromFailure) {
       FakeDeviceMemory mem(kSize);
       auto dev = Device::open(0, three);
       auto reg = dev.register_memory(mem.data(), mem.size());
-      File f(dir_ / "in", O_RDONLY);
+      // Buffered: its 4 MiB chunks fit the slots pinned ahead, so no worker
+      // pins a larger one of its own while the pinner runs and the
+      // injected failure can only meet the pinner (O_DIRECT's larger
+      // chunks would race it for the failing call).
+      File f(dir_ / "in", O_RDONLY, 0644, DirectIo::off);
       for (int round = 0; round < 3; ++round) {
         mem.fill(std::byte{0});
         ASSERT_EQ(f.read(reg, 0, kSize, 0), kSize) << "pin " << fail_pin << " failing";
