@@ -137,12 +137,11 @@ CopyPool::CopyPool(std::shared_ptr<const cuda::Gpu> gpu, CopyPoolConfig config)
 
 CopyPool::~CopyPool() {
   {
-    const std::lock_guard lock(pinned_mutex_);
+    std::unique_lock lock(pinned_mutex_);
     pin_stop_ = true;
-  }
-  pinned_ready_.notify_all();
-  if (pinner_.joinable()) {
-    pinner_.join();
+    pinned_ready_.notify_all();
+    // Bounded: the pinner stops after its current cuMemHostAlloc.
+    pinned_ready_.wait(lock, [this] { return !pinner_running_; });
   }
   {
     const std::lock_guard lock(mutex_);
@@ -184,7 +183,9 @@ void CopyPool::pin_ahead() noexcept {
     pinned_count_ = k + 1;
     pinned_ready_.notify_all();
   }
+  // The last touch of this pool: the destructor may run once it sees it.
   const std::lock_guard lock(pinned_mutex_);
+  pinner_running_ = false;
   pinned_ready_.notify_all();
 }
 
@@ -420,7 +421,20 @@ TransferResult CopyPool::run(Direction dir, int fd, std::uintptr_t device, std::
     }
   }
   try {
-    std::call_once(pinner_once_, [this] { pinner_ = std::thread([this] { pin_ahead(); }); });
+    std::call_once(pinner_once_, [this] {
+      {
+        const std::lock_guard lock(pinned_mutex_);
+        pinner_running_ = true;
+      }
+      try {
+        std::thread([this] { pin_ahead(); }).detach();
+      } catch (...) {
+        // No thread: every worker pins its own slots.
+        const std::lock_guard lock(pinned_mutex_);
+        pinner_running_ = false;
+        pin_failed_ = true;
+      }
+    });
     Job job;
     job.dir = dir;
     job.fd = fd;

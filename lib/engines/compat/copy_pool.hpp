@@ -126,8 +126,11 @@ class CopyPool {
   std::size_t pinned_count_ = 0;      // pinned_[0, pinned_count_) are done
   bool pin_failed_ = false;
   bool pin_stop_ = false;
+  // Detached, so that a pool kept for the process (shared_engines.hpp)
+  // holds no finished, unjoined thread; the destructor waits for it to
+  // say it is done instead.
+  bool pinner_running_ = false;
   std::once_flag pinner_once_;
-  std::thread pinner_;
 };
 
 }  // namespace phx::detail
