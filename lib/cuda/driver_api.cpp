@@ -61,6 +61,8 @@ Loaded load() {
       resolve(library, "cuPointerSetAttribute", d.PointerSetAttribute, missing) &&
       resolve(library, "cuMemHostAlloc", d.MemHostAlloc, missing) &&
       resolve(library, "cuMemFreeHost", d.MemFreeHost, missing) &&
+      resolve(library, "cuMemHostRegister_v2", d.MemHostRegister, missing) &&
+      resolve(library, "cuMemHostUnregister", d.MemHostUnregister, missing) &&
       resolve(library, "cuMemHostGetDevicePointer_v2", d.MemHostGetDevicePointer, missing) &&
       resolve(library, "cuStreamCreate", d.StreamCreate, missing) &&
       resolve(library, "cuStreamDestroy_v2", d.StreamDestroy, missing) &&

@@ -50,6 +50,7 @@ inline constexpr unsigned kMemoryTypeUnified = 4;
 
 inline constexpr unsigned kMemHostAllocPortable = 0x1;     // CU_MEMHOSTALLOC_PORTABLE
 inline constexpr unsigned kMemHostAllocDeviceMap = 0x2;    // CU_MEMHOSTALLOC_DEVICEMAP
+inline constexpr unsigned kMemHostRegisterPortable = 0x1;  // CU_MEMHOSTREGISTER_PORTABLE
 inline constexpr unsigned kEventBlockingSync = 0x1;        // CU_EVENT_BLOCKING_SYNC
 inline constexpr unsigned kEventDisableTiming = 0x2;       // CU_EVENT_DISABLE_TIMING
 inline constexpr unsigned kStreamNonBlocking = 0x1;        // CU_STREAM_NON_BLOCKING
@@ -89,8 +90,10 @@ struct Driver {
   CUresult (*CtxGetCurrent)(CUcontext *) = nullptr;         // cuCtxGetCurrent
   CUresult (*PointerGetAttribute)(void *, int, CUdeviceptr) = nullptr;
   CUresult (*PointerSetAttribute)(const void *, int, CUdeviceptr) = nullptr;
-  CUresult (*MemHostAlloc)(void **, std::size_t, unsigned) = nullptr;              // cuMemHostAlloc
-  CUresult (*MemFreeHost)(void *) = nullptr;                                       // cuMemFreeHost
+  CUresult (*MemHostAlloc)(void **, std::size_t, unsigned) = nullptr;    // cuMemHostAlloc
+  CUresult (*MemFreeHost)(void *) = nullptr;                             // cuMemFreeHost
+  CUresult (*MemHostRegister)(void *, std::size_t, unsigned) = nullptr;  // cuMemHostRegister_v2
+  CUresult (*MemHostUnregister)(void *) = nullptr;                       // cuMemHostUnregister
   CUresult (*MemHostGetDevicePointer)(CUdeviceptr *, void *, unsigned) = nullptr;  // _v2
   CUresult (*StreamCreate)(CUstream *, unsigned) = nullptr;                        // cuStreamCreate
   CUresult (*StreamDestroy)(CUstream) = nullptr;              // cuStreamDestroy_v2

@@ -40,6 +40,8 @@ constexpr CUresult kInvalidContext = 201;
 constexpr CUresult kInvalidHandle = 400;
 constexpr CUresult kNotReady = 600;
 constexpr CUresult kNotSupported = 801;
+constexpr CUresult kHostMemoryAlreadyRegistered = 712;
+constexpr CUresult kHostMemoryNotRegistered = 713;
 
 constexpr int kMaxDevices = 8;
 constexpr unsigned kMemoryTypeHost = 1;
@@ -137,6 +139,7 @@ struct HostAlloc {
   std::size_t size = 0;
   int device = 0;
   unsigned long long id = 0;  // NOLINT(google-runtime-int)
+  bool registered = false;    // cuMemHostRegister's: the caller's memory, not ours
 };
 
 struct Globals {
@@ -612,11 +615,53 @@ CUresult cuMemFreeHost(void *pointer) {
   Globals &g = globals();
   {
     const std::lock_guard lock(g.mutex);
-    if (g.host_allocs.erase(reinterpret_cast<std::uintptr_t>(pointer)) == 0) {
+    auto it = g.host_allocs.find(reinterpret_cast<std::uintptr_t>(pointer));
+    if (it == g.host_allocs.end() || it->second.registered) {
       return kInvalidValue;
     }
+    g.host_allocs.erase(it);
   }
   std::free(pointer);  // NOLINT(cppcoreguidelines-no-malloc)
+  return kSuccess;
+}
+
+// As the driver: page-aligned ranges not yet registered or allocated, and
+// the memory must be there (each page is read, so an unmapped one faults
+// the test as the driver's pinning would fail).
+CUresult cuMemHostRegister_v2(void *pointer, std::size_t size, unsigned /*flags*/) {
+  const auto start = reinterpret_cast<std::uintptr_t>(pointer);
+  if (pointer == nullptr || size == 0 || start % 4096 != 0) {
+    return kInvalidValue;
+  }
+  CUctx_st *ctx = current_context();
+  if (ctx == nullptr) {
+    return kInvalidContext;
+  }
+  if (const CUresult r = injected("cuMemHostRegister_v2"); r != kSuccess) {
+    return r;
+  }
+  for (std::size_t at = 0; at < size; at += 4096) {
+    (void)*static_cast<volatile const std::byte *>(static_cast<std::byte *>(pointer) + at);
+  }
+  Globals &g = globals();
+  const std::lock_guard lock(g.mutex);
+  auto after = g.host_allocs.lower_bound(start);
+  if ((after != g.host_allocs.end() && after->first < start + size) ||
+      containing(g.host_allocs, start) != g.host_allocs.end()) {
+    return kHostMemoryAlreadyRegistered;
+  }
+  g.host_allocs[start] = HostAlloc{size, ctx->device, g.next_buffer_id++, true};
+  return kSuccess;
+}
+
+CUresult cuMemHostUnregister(void *pointer) {
+  Globals &g = globals();
+  const std::lock_guard lock(g.mutex);
+  auto it = g.host_allocs.find(reinterpret_cast<std::uintptr_t>(pointer));
+  if (it == g.host_allocs.end() || !it->second.registered) {
+    return kHostMemoryNotRegistered;
+  }
+  g.host_allocs.erase(it);
   return kSuccess;
 }
 
@@ -907,6 +952,10 @@ void phx_fake_cuda_get_counts(struct phx_fake_cuda_counts *out) {
   out->events = g.events;
   out->device_allocs = static_cast<long>(g.device_allocs.size());
   out->host_allocs = static_cast<long>(g.host_allocs.size());
+  out->host_registered = 0;
+  for (const auto &[address, alloc] : g.host_allocs) {
+    out->host_registered += alloc.registered ? 1 : 0;
+  }
   out->contexts = 0;
   for (const long r : g.retains) {
     out->contexts += r;

@@ -32,13 +32,15 @@ struct CUstream_st;
 
 /** Live handles and allocations, for leak checks. */
 struct phx_fake_cuda_counts {
-  long streams;       /* created by cuStreamCreate, not yet destroyed */
-  long events;        /* created, not yet destroyed */
-  long device_allocs; /* cuMemAlloc without cuMemFree */
-  long host_allocs;   /* cuMemHostAlloc without cuMemFreeHost */
-  long contexts;      /* primary-context retains without release */
-  long copies;        /* asynchronous copies run so far */
-  long copy_batches;  /* cuMemcpyBatchAsync calls accepted so far */
+  long streams;         /* created by cuStreamCreate, not yet destroyed */
+  long events;          /* created, not yet destroyed */
+  long device_allocs;   /* cuMemAlloc without cuMemFree */
+  long host_allocs;     /* pinned host ranges: cuMemHostAlloc without cuMemFreeHost,
+                           and cuMemHostRegister without cuMemHostUnregister */
+  long contexts;        /* primary-context retains without release */
+  long copies;          /* asynchronous copies run so far */
+  long copy_batches;    /* cuMemcpyBatchAsync calls accepted so far */
+  long host_registered; /* those of host_allocs that cuMemHostRegister made */
 };
 void phx_fake_cuda_get_counts(struct phx_fake_cuda_counts *out);
 

@@ -169,7 +169,7 @@ void CopyPool::pin_ahead() noexcept {
   for (std::size_t k = 0; k < pinned_.size(); ++k) {
     PinnedBuffer buffer;
     try {
-      buffer = PinnedBuffer(size);
+      buffer = PinnedBuffer::staging(size);
     } catch (...) {
       const std::lock_guard lock(pinned_mutex_);
       pin_failed_ = true;
@@ -333,7 +333,7 @@ void CopyPool::worker(std::size_t worker_index, cuda::CUstream stream,
     if (s.buffer.size() < job.chunk) {
       try {
         s.buffer = PinnedBuffer();
-        s.buffer = PinnedBuffer(job.chunk);
+        s.buffer = PinnedBuffer::staging(job.chunk);
       } catch (const std::system_error &e) {
         job.complete(task.index, 0, e.code().value(), e.what());
         return;

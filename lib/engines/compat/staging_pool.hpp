@@ -14,6 +14,14 @@ class PinnedBuffer {
   PinnedBuffer() = default;
   /// cuMemHostAlloc (portable, page aligned).  Throws std::system_error.
   explicit PinnedBuffer(std::size_t size);
+  /// Staging private to this process's engines, pinned so that the driver
+  /// holds other threads' copies back for as short a time as it can: from
+  /// kHugeStaging bytes up, anonymous memory on transparent huge pages,
+  /// faulted in by the calling thread and then registered
+  /// (cuMemHostRegister, portable); smaller, or where the driver will not
+  /// register it, cuMemHostAlloc.  Not inherited by forked children (they
+  /// never use their parent's engines).  Throws std::system_error.
+  [[nodiscard]] static PinnedBuffer staging(std::size_t size);
   ~PinnedBuffer();
   PinnedBuffer(PinnedBuffer &&other) noexcept;
   PinnedBuffer &operator=(PinnedBuffer &&other) noexcept;
@@ -22,10 +30,18 @@ class PinnedBuffer {
 
   [[nodiscard]] std::byte *data() const noexcept { return data_; }
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  /// Whether staging() registered its own mapping (false: cuMemHostAlloc).
+  [[nodiscard]] bool registered() const noexcept { return mapped_ != 0; }
+
+  /// One transparent huge page: staging() registers buffers of at least this.
+  static constexpr std::size_t kHugeStaging = std::size_t{2} << 20;
 
  private:
+  void release() noexcept;
+
   std::byte *data_ = nullptr;
   std::size_t size_ = 0;
+  std::size_t mapped_ = 0;  // bytes of our own mapping at data_ (registered), else 0
 };
 
 }  // namespace phx::detail

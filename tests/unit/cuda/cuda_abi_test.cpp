@@ -32,6 +32,7 @@ static_assert(cu::kMemoryTypeDevice == CU_MEMORYTYPE_DEVICE);
 static_assert(cu::kMemoryTypeUnified == CU_MEMORYTYPE_UNIFIED);
 static_assert(cu::kMemHostAllocPortable == CU_MEMHOSTALLOC_PORTABLE);
 static_assert(cu::kMemHostAllocDeviceMap == CU_MEMHOSTALLOC_DEVICEMAP);
+static_assert(cu::kMemHostRegisterPortable == CU_MEMHOSTREGISTER_PORTABLE);
 static_assert(cu::kEventBlockingSync == CU_EVENT_BLOCKING_SYNC);
 static_assert(cu::kEventDisableTiming == CU_EVENT_DISABLE_TIMING);
 static_assert(cu::kStreamNonBlocking == CU_STREAM_NON_BLOCKING);
@@ -67,6 +68,10 @@ static_assert(SameParameters<decltype(cu::Driver::EventQuery), decltype(&cuEvent
 static_assert(
     SameParameters<decltype(cu::Driver::EventSynchronize), decltype(&cuEventSynchronize)>{});
 static_assert(SameParameters<decltype(cu::Driver::MemHostAlloc), decltype(&cuMemHostAlloc)>{});
+static_assert(
+    SameParameters<decltype(cu::Driver::MemHostRegister), decltype(&cuMemHostRegister_v2)>{});
+static_assert(
+    SameParameters<decltype(cu::Driver::MemHostUnregister), decltype(&cuMemHostUnregister)>{});
 // cuda.h's cuMemcpyBatchAsync is the _v2 symbol (no failIdx) in CUDA 13;
 // Driver::MemcpyBatchAsync has this shape with our MemcpyAttributes,
 // checked field by field above.

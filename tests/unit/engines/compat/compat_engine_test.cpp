@@ -333,8 +333,10 @@ TEST_F(CompatEngine, CudaCopyFailureIsReportedAndRecovered) {
 }
 
 // The copy threads' staging is pinned ahead by one thread, threads x depth
-// slots and no more, however many reads follow; when pinning ahead fails
-// part way, the workers pin their own and every byte still lands.
+// slots and no more, however many reads follow, each registered (4 MiB
+// slots: PinnedBuffer::staging), or the driver's allocation where
+// registering one fails; when pinning ahead fails altogether part way, the
+// workers pin their own and every byte still lands.
 TEST_F(CompatEngine, StagingPinnedAheadOnceAndRecoveredFromFailure) {
   constexpr std::size_t kSize = (std::size_t{24} << 20) + 4096;  // chunks for every slot
   write_pattern_file(dir_ / "in", kSize, kSeed);
@@ -342,21 +344,32 @@ TEST_F(CompatEngine, StagingPinnedAheadOnceAndRecoveredFromFailure) {
   three.engine = Engine::compat;
   three.copy_threads = 3;
   three.copy_depth = 2;
+  constexpr long kSlots = 3 * 2;
   const auto settled = [](long want) {
     for (int i = 0; i < 2000 && fake_counts().host_allocs != want; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     return fake_counts().host_allocs;
   };
-  // The lanes' buffers are the pool's first four cuMemHostAlloc calls; the
-  // pinner's come next.  0: no failure.
-  for (const unsigned fail_pin : {0U, 1U, 4U}) {
+  struct Case {
+    unsigned register_fails;  // the pinner's nth registration fails (0: none)
+    bool fallback_fails;      // and the allocation it falls back to
+  };
+  for (const Case c :
+       {Case{0, false}, Case{1, false}, Case{4, false}, Case{1, true}, Case{4, true}}) {
     (void)release_idle_engines();
-    const long idle = fake_counts().host_allocs;
-    if (fail_pin != 0) {
-      phx_fake_cuda_fail_call("cuMemHostAlloc",
-                              static_cast<unsigned>(detail::CopyPool::kInlineLanes) + fail_pin, 2);
+    const auto idle = fake_counts();
+    if (c.register_fails != 0) {
+      phx_fake_cuda_fail_call("cuMemHostRegister_v2", c.register_fails, 2);
     }
+    if (c.fallback_fails) {
+      // The lanes' 1 MiB buffers are the pool's first cuMemHostAlloc calls
+      // (too small to register); the pinner's fallback comes next.
+      phx_fake_cuda_fail_call("cuMemHostAlloc",
+                              static_cast<unsigned>(detail::CopyPool::kInlineLanes) + 1, 2);
+    }
+    const std::string what = "registration " + std::to_string(c.register_fails) + " failing" +
+                             (c.fallback_fails ? ", its fallback too" : "");
     {
       FakeDeviceMemory mem(kSize);
       auto dev = Device::open(0, three);
@@ -368,17 +381,23 @@ TEST_F(CompatEngine, StagingPinnedAheadOnceAndRecoveredFromFailure) {
       File f(dir_ / "in", O_RDONLY, 0644, DirectIo::off);
       for (int round = 0; round < 3; ++round) {
         mem.fill(std::byte{0});
-        ASSERT_EQ(f.read(reg, 0, kSize, 0), kSize) << "pin " << fail_pin << " failing";
+        ASSERT_EQ(f.read(reg, 0, kSize, 0), kSize) << what;
         expect_read_landed(mem.download(), 0, kSize, 0, std::byte{0});
       }
       phx_fake_cuda_clear_failures();
-      if (fail_pin == 0) {
-        const long want = idle + static_cast<long>(detail::CopyPool::kInlineLanes) + 3 * 2;
-        EXPECT_EQ(settled(want), want) << "staging beyond threads x depth, or some never pinned";
+      if (!c.fallback_fails) {
+        const long want =
+            idle.host_allocs + static_cast<long>(detail::CopyPool::kInlineLanes) + kSlots;
+        EXPECT_EQ(settled(want), want) << what << ": staging beyond threads x depth, or missing";
+        EXPECT_EQ(fake_counts().host_registered,
+                  idle.host_registered + kSlots - (c.register_fails != 0 ? 1 : 0))
+            << what;
       }
     }
     EXPECT_EQ(release_idle_engines(), 1U);
-    EXPECT_EQ(fake_counts().host_allocs, idle) << "pinned staging outlived its engine";
+    EXPECT_EQ(fake_counts().host_allocs, idle.host_allocs)
+        << what << ": pinned staging outlived its engine";
+    EXPECT_EQ(fake_counts().host_registered, idle.host_registered) << what;
   }
 }
 
@@ -618,7 +637,19 @@ TEST_F(CompatEngine, ForkedChildBuildsItsOwnEngine) {
 #if defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "ThreadSanitizer does not run threads started after a multi-threaded fork";
 #endif
+  (void)release_idle_engines();
+  const long idle = fake_counts().host_allocs;
   ASSERT_TRUE(load());  // the parent's engine, kept
+  // Its pinner may still be pinning staging, holding the fake driver's
+  // lock at times; a child forked then would inherit that lock held and
+  // hang in the fake (the real driver cannot be used after fork at all).
+  const Options o = Options::defaults();
+  const long pinned = idle + static_cast<long>(detail::CopyPool::kInlineLanes) +
+                      static_cast<long>(o.copy_threads) * static_cast<long>(o.copy_depth);
+  for (int i = 0; i < 2000 && fake_counts().host_allocs < pinned; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_GE(fake_counts().host_allocs, pinned) << "the pinner never finished";
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
