@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: MIT
 #include "io/aligned_io.hpp"
 
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <mutex>
 #include <string>
 
 #include "core/config.hpp"
@@ -82,6 +86,26 @@ ssize_t read_fully(int fd, std::byte *buf, std::size_t size, std::uint64_t offse
   return static_cast<ssize_t>(done);
 }
 
+// Held across one block's read-modify-write.  Two unaligned writes whose
+// bytes share an O_DIRECT block but no byte (neighbouring records, a
+// caller's parallel pieces) would otherwise each write the block back as
+// they read it, and the one that wrote first would lose its bytes.  Keyed
+// by the file, not the descriptor, so that two descriptors of one file
+// serialise too; striped, so that unrelated blocks rarely wait.  Other
+// processes writing the same block are not covered (docs/architecture.md).
+std::unique_lock<std::mutex> lock_block(int fd, std::uint64_t block_offset) {
+  static std::array<std::mutex, 256> stripes;
+  struct stat st = {};
+  std::size_t key = std::hash<std::uint64_t>{}(block_offset);
+  if (::fstat(fd, &st) == 0) {
+    key ^= std::hash<std::uint64_t>{}(static_cast<std::uint64_t>(st.st_ino) * 0x9e3779b97f4a7c15U ^
+                                      static_cast<std::uint64_t>(st.st_dev));
+  } else {
+    key ^= std::hash<int>{}(fd);  // the write that follows reports the descriptor's error
+  }
+  return std::unique_lock(stripes[key % stripes.size()]);
+}
+
 // One unaligned piece [offset, offset + size) lying inside a single block of
 // policy.offset_align bytes.  Returns bytes moved for this piece (short only
 // at end of file for reads) or -1.
@@ -94,6 +118,10 @@ ssize_t staged_piece(Direction dir, int fd, std::byte *buf, std::size_t size, st
   if (bounce == nullptr) {
     errno = ENOMEM;
     return -1;
+  }
+  std::unique_lock<std::mutex> rmw;
+  if (dir == Direction::write) {
+    rmw = lock_block(fd, block_offset);
   }
   const ssize_t got = read_fully(fd, bounce, block, block_offset);
   if (got < 0) {
