@@ -103,6 +103,12 @@ struct EngineChoice {
 [[nodiscard]] PHX_EXPORT EngineChoice choose_engine(int device_id,
                                                     Engine requested = Engine::automatic);
 
+/// CUDA's ordinal of the GPU behind Phoenix device @p device_id, for
+/// cudaSetDevice and the like, or -1 where there is no such GPU (or no
+/// CUDA).  Phoenix ids follow PCI bus order and CUDA's ordinals need not
+/// (docs/gpu.md, "Device numbering").
+[[nodiscard]] PHX_EXPORT int cuda_ordinal(int device_id) noexcept;
+
 /// Stops the engines kept set up after their devices closed.  Devices of
 /// one GPU open at the same time share a compat engine (copy threads,
 /// streams, pinned staging), and the latest one of each device outlives its

@@ -298,7 +298,7 @@ PHX_EXPORT void copy_to_host(const LoadedTensor &tensor, std::span<std::byte> ds
 /// touched until used.
 [[nodiscard]] PHX_EXPORT std::shared_ptr<Allocation> allocate_host(std::size_t bytes,
                                                                    std::size_t alignment);
-/// CUDA's ordinal of Phoenix device @p device, or -1 without a GPU.
+/// phx::cuda_ordinal(@p device), kept here for the loaders that called it.
 [[nodiscard]] PHX_EXPORT int cuda_ordinal(int device) noexcept;
 
 }  // namespace phx::safetensors

@@ -1,10 +1,30 @@
 // SPDX-License-Identifier: MIT
+#include <string>
 #include <utility>
 
 #include "core/device_state.hpp"
+#include "phoenix/config.h"
 #include "phoenix/phoenix.hpp"
+#if PHX_WITH_CUDA
+#include "cuda/gpu.hpp"
+#endif
 
 namespace phx {
+
+int cuda_ordinal(int device_id) noexcept {
+#if PHX_WITH_CUDA
+  try {
+    std::string why;
+    const auto gpu = detail::cuda::gpu_for_device(device_id, why);
+    return gpu ? gpu->ordinal : -1;
+  } catch (...) {
+    return -1;
+  }
+#else
+  (void)device_id;
+  return -1;
+#endif
+}
 
 Device::Device(std::shared_ptr<detail::DeviceState> state) : state_(std::move(state)) {}
 Device::Device(Device &&) noexcept = default;

@@ -170,16 +170,6 @@ std::shared_ptr<Allocation> allocate_pinned(std::size_t bytes) {
   return std::make_shared<PinnedAllocation>(detail::PinnedBuffer(bytes));
 }
 
-int cuda_ordinal(int device) noexcept {
-  try {
-    std::string why;
-    const auto gpu = cuda::gpu_for_device(device, why);
-    return gpu ? gpu->ordinal : -1;
-  } catch (...) {
-    return -1;
-  }
-}
-
 void copy_to_host(const LoadedTensor &tensor, std::span<std::byte> dst) {
   const std::size_t size = checked_size(tensor, dst);
   if (size == 0) {  // an empty span's data() may be null: nothing to copy
@@ -213,10 +203,6 @@ std::shared_ptr<Allocation> allocate_pinned(std::size_t bytes) {
                                    " bytes: libphoenix was built without CUDA");
 }
 
-int cuda_ordinal(int /*device*/) noexcept {
-  return -1;
-}
-
 void copy_to_host(const LoadedTensor &tensor, std::span<std::byte> dst) {
   const std::size_t size = checked_size(tensor, dst);
   if (tensor.memory != MemoryKind::host) {
@@ -227,5 +213,9 @@ void copy_to_host(const LoadedTensor &tensor, std::span<std::byte> dst) {
 }
 
 #endif  // PHX_WITH_CUDA
+
+int cuda_ordinal(int device) noexcept {
+  return phx::cuda_ordinal(device);
+}
 
 }  // namespace phx::safetensors

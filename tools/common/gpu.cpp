@@ -6,6 +6,7 @@
 #include "gpu.hpp"
 
 #include "phoenix/config.h"
+#include "phoenix/phoenix.hpp"
 #include "unavailable.hpp"
 
 #if PHX_WITH_CUDA
@@ -28,12 +29,30 @@ void check(cudaError_t status, const std::string &what) {
   }
 }
 
-// A negative device: the calling thread's current one.
-void use(int device) {
-  if (device < 0) {
-    return;
+// CUDA's ordinal of Phoenix device @p device (PCI order; CUDA's own order
+// may differ); throws Unavailable where there is none.
+int ordinal_of(int device) {
+  const int ordinal = phx::cuda_ordinal(device);
+  if (ordinal < 0) {
+    throw Unavailable("no CUDA GPU for device " + std::to_string(device));
   }
-  check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+  return ordinal;
+}
+
+// A negative device: the calling thread's current one.
+int resolve(int device) {
+  if (device >= 0) {
+    return ordinal_of(device);
+  }
+  int current = 0;
+  check(cudaGetDevice(&current), "cudaGetDevice");
+  return current;
+}
+
+void use(int device) {
+  const int ordinal = resolve(device);
+  check(cudaSetDevice(ordinal),
+        "cudaSetDevice(" + std::to_string(ordinal) + ") for device " + std::to_string(device));
 }
 
 }  // namespace
@@ -48,14 +67,15 @@ Probe probe(int device) noexcept {
                       cudaGetErrorString(status) + ")";
       return result;
     }
-    if (device < 0 || device >= count) {
-      result.reason = "CUDA device " + std::to_string(device) + " does not exist (" +
+    const int ordinal = device < 0 ? -1 : phx::cuda_ordinal(device);
+    if (ordinal < 0 || ordinal >= count) {
+      result.reason = "device " + std::to_string(device) + " has no CUDA GPU (" +
                       std::to_string(count) + " GPU(s))";
       return result;
     }
     cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
-      result.reason = "cudaGetDeviceProperties failed for device " + std::to_string(device);
+    if (cudaGetDeviceProperties(&prop, ordinal) != cudaSuccess) {
+      result.reason = "cudaGetDeviceProperties failed for CUDA GPU " + std::to_string(ordinal);
       return result;
     }
     result.usable = true;
@@ -67,8 +87,8 @@ Probe probe(int device) noexcept {
 }
 
 DeviceBuffer::DeviceBuffer(int device, std::size_t bytes, MemoryKind kind)
-    : device_(device), kind_(kind), size_(bytes) {
-  use(device);
+    : device_(resolve(device)), kind_(kind), size_(bytes) {
+  check(cudaSetDevice(device_), "cudaSetDevice(" + std::to_string(device_) + ")");
   if (kind == MemoryKind::device) {
     check(cudaMalloc(&data_, bytes), "cudaMalloc(" + std::to_string(bytes) + ")");
   } else {
@@ -98,8 +118,8 @@ void copy_to_host(int device, void *dst, const void *src, std::size_t bytes) {
   check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy device to host");
 }
 
-Stream::Stream(int device) : device_(device) {
-  use(device);
+Stream::Stream(int device) : device_(resolve(device)) {
+  check(cudaSetDevice(device_), "cudaSetDevice(" + std::to_string(device_) + ")");
   cudaStream_t stream = nullptr;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   stream_ = stream;

@@ -18,7 +18,11 @@ struct Probe {
   std::string reason;  ///< why not, when not usable
 };
 
-/// Whether CUDA device @p device can be used.  Never throws.
+// Every `device` below is a Phoenix device id (the tools' --device), the
+// GPU behind it found with phx::cuda_ordinal: Phoenix ids follow PCI bus
+// order and CUDA's ordinals need not.
+
+/// Whether device @p device has a usable CUDA GPU.  Never throws.
 [[nodiscard]] Probe probe(int device) noexcept;
 
 enum class MemoryKind { device, pinned };

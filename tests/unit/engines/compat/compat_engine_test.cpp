@@ -627,6 +627,16 @@ TEST_F(CompatEngine, KeptEngineServesTheNextOpen) {
   EXPECT_EQ(release_idle_engines(), 0U);
 }
 
+// Phoenix ids follow PCI bus order; the fake's buses descend as CUDA's
+// ordinals ascend, so each id's ordinal is the other end's.
+TEST_F(CompatEngine, CudaOrdinalIsTheGpuInPciOrder) {
+  for (int id = 0; id < kFakeGpus; ++id) {
+    EXPECT_EQ(cuda_ordinal(id), fake_ordinal(id)) << "device " << id;
+  }
+  EXPECT_EQ(cuda_ordinal(kFakeGpus), -1);
+  EXPECT_EQ(cuda_ordinal(-1), -1);
+}
+
 // A child of fork() has none of its parent's copy threads: it must not be
 // handed the engine the parent kept (its jobs would wait for threads that
 // do not exist), but build its own and read through it.
