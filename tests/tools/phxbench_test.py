@@ -199,6 +199,8 @@ def main():
         if rec:
             t.check(rec["result"]["bytes"] == 1 << 20 and rec["verify"]["ran"] is False and
                     rec["verify"]["ok"] is None, f"--total: {rec['result']['bytes']}")
+            t.check(rec["result"]["enqueue_seconds"] is None,
+                    f"enqueue_seconds outside stream mode: {rec['result']['enqueue_seconds']}")
         rec = t.record("-f", path, "-x", "host", "-m", "async", "-q", 4, "--duration", "0.3")
         if rec:
             t.check(0.29 <= rec["result"]["seconds"] < 5 and rec["result"]["bytes"] > 0,

@@ -101,6 +101,8 @@ ordered_json make_record(const Options &o, const RunContext &c, const RunResult 
         {"sys_s", r.cpu_sys_s},
         {"cores_busy", per_second(r.cpu_user_s + r.cpu_sys_s, r.seconds)}}},
       {"warmup", {{"bytes", r.warmup_bytes}, {"seconds", r.warmup_seconds}}},
+      {"enqueue_seconds",
+       o.mode == Mode::stream ? ordered_json(r.enqueue_seconds) : ordered_json(nullptr)},
   };
   ordered_json verify = {
       {"ran", r.verify.ran},

@@ -134,6 +134,7 @@ struct Worker {
   std::uint64_t bytes = 0;
   std::uint64_t ops = 0;
   std::uint64_t warmup_bytes = 0;
+  std::uint64_t enqueue_ns = 0;  // stream mode: time in the enqueue calls, measured phase
   VerifyResult verify;
   std::vector<std::byte> scratch;
   Clock::time_point end;
@@ -308,6 +309,9 @@ struct Worker {
       try {
         for (unsigned slot = 0; slot < n; ++slot) {
           io->enqueue(dir, slot, shared->io_size, offsets[slot], &done[slot], stream->get());
+        }
+        if (recording) {
+          enqueue_ns += elapsed_ns(t0, Clock::now());
         }
       } catch (...) {
         // Requests already enqueued write into done[] when they finish.
@@ -513,6 +517,7 @@ RunResult run_benchmark(const Options &options, Engine &engine, phx::File &file,
     result.bytes += w.bytes;
     result.ops += w.ops;
     result.warmup_bytes += w.warmup_bytes;
+    result.enqueue_seconds += static_cast<double>(w.enqueue_ns) / 1e9;
     result.latency.merge(w.latency);
     end = std::max(end, w.end);
     result.verify.bytes_checked += w.verify.bytes_checked;

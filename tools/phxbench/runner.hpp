@@ -33,6 +33,9 @@ struct RunResult {
   double cpu_sys_s = 0;
   std::uint64_t warmup_bytes = 0;
   double warmup_seconds = 0;
+  /// Stream mode: seconds the threads spent in the enqueue calls (summed
+  /// over threads), the submitting side of each batch's latency.
+  double enqueue_seconds = 0;
   VerifyResult verify;
 };
 
