@@ -39,7 +39,10 @@ File::File(std::filesystem::path path, int flags, mode_t mode, DirectIo direct)
     detail::throw_errno(
         EINVAL, open_what(path_) + ": O_APPEND is not supported (pwrite would ignore offsets)");
   }
-  flags = (flags & ~O_DIRECT) | O_CLOEXEC;
+  // O_NONBLOCK for the open itself: opening a FIFO blocks until its other
+  // end is opened, which would hang the caller on a path it got wrong.
+  const bool caller_nonblock = (flags & O_NONBLOCK) != 0;
+  flags = (flags & ~O_DIRECT) | O_CLOEXEC | O_NONBLOCK;
   const bool want_direct = direct != DirectIo::off;
   // Unaligned writes under O_DIRECT read-modify-write whole blocks, which
   // needs read access: upgrade write-only opens when permissions allow.
@@ -55,6 +58,21 @@ File::File(std::filesystem::path path, int flags, mode_t mode, DirectIo direct)
     if (fd_ < 0) {
       const int err = errno;
       detail::throw_errno(err, open_what(path_));
+    }
+  }
+  if (struct stat st = {};
+      ::fstat(fd_, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
+    ::close(fd_);
+    fd_ = -1;
+    detail::throw_errno(ESPIPE, open_what(path_) +
+                                    ": a FIFO or socket has no offsets to read or "
+                                    "write at (a regular file or block device)");
+  }
+  if (!caller_nonblock) {
+    // NOLINTNEXTLINE(cppcoreguidelines-pro-type-vararg)
+    if (const int current = ::fcntl(fd_, F_GETFL); current >= 0) {
+      // NOLINTNEXTLINE(cppcoreguidelines-pro-type-vararg)
+      (void)::fcntl(fd_, F_SETFL, current & ~O_NONBLOCK);
     }
   }
   // Set O_DIRECT after open: a filesystem without direct I/O refuses it

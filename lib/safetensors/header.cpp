@@ -184,13 +184,22 @@ FileHeader parse_header(std::string_view text, std::uint64_t file_size,
 }
 
 FileHeader read_header(const std::filesystem::path &path) {
-  const detail::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer, forever.
+  const detail::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (!fd) {
     fail(errno, path, "cannot open");
   }
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) {
     fail(errno, path, "cannot stat");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    fail(EINVAL, path, "not a regular file (a safetensors checkpoint is one)");
+  }
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-vararg)
+  if (const int flags = ::fcntl(fd.get(), F_GETFL); flags >= 0) {
+    // NOLINTNEXTLINE(cppcoreguidelines-pro-type-vararg)
+    (void)::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
   }
   const auto file_size = static_cast<std::uint64_t>(st.st_size);
   if (file_size < 8) {

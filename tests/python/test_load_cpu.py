@@ -1,7 +1,10 @@
 # SPDX-License-Identifier: MIT
 """phx.load_safetensors onto the CPU (host engine) against numpy."""
 
+import errno
 import json
+import os
+import threading
 
 import pytest
 
@@ -136,3 +139,29 @@ def test_errors_carry_errno(phx, tmp_path, make_file):
 def test_engine_for_cpu(phx):
     assert phx.engine_for("cpu") == "host"
     assert isinstance(phx.__version__, str)
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(phx, tmp_path):
+    # open() of a FIFO waits for a writer: a wrong path must fail, not hang.
+    fifo = tmp_path / "fifo.safetensors"
+    os.mkfifo(fifo)
+    errors = {}
+
+    def attempt(name, call):
+        try:
+            call()
+        except OSError as e:
+            errors[name] = e
+
+    calls = {"load": lambda: phx.load_safetensors(fifo, device="cpu"),
+             "file": lambda: phx.File(fifo)}
+    for name, call in calls.items():
+        worker = threading.Thread(target=attempt, args=(name, call))
+        worker.start()
+        worker.join(10)
+        if worker.is_alive():
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # releases the open
+            worker.join()
+            pytest.fail(f"{name} waited for a writer on {fifo}")
+    assert errors["load"].errno == errno.EINVAL and str(fifo) in str(errors["load"])
+    assert errors["file"].errno == errno.ESPIPE and str(fifo) in str(errors["file"])

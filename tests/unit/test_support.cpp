@@ -3,11 +3,14 @@
 
 #include <fcntl.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <stdexcept>
 #include <system_error>
 
@@ -119,6 +122,25 @@ void write_sparse_file(const std::filesystem::path &path, std::uint64_t size, st
   if (!ok) {
     throw std::system_error(err, std::system_category(), "write " + path.string());
   }
+}
+
+bool returns_without_a_fifo_writer(const std::filesystem::path &fifo,
+                                   const std::function<void()> &body, int seconds) {
+  if (::mkfifo(fifo.c_str(), 0600) != 0) {
+    throw std::system_error(errno, std::system_category(), "mkfifo " + fifo.string());
+  }
+  std::future<void> done = std::async(std::launch::async, body);
+  if (done.wait_for(std::chrono::seconds(seconds)) == std::future_status::ready) {
+    done.get();
+    return true;
+  }
+  // Succeeds only while a reader has the FIFO open (or is waiting to).
+  const int writer = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  done.wait();
+  if (writer >= 0) {
+    ::close(writer);
+  }
+  return false;
 }
 
 std::vector<std::byte> read_whole_file(const std::filesystem::path &path) {

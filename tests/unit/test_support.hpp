@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -47,6 +48,15 @@ void write_pattern_file(const std::filesystem::path &path, std::uint64_t size, s
 void write_sparse_file(const std::filesystem::path &path, std::uint64_t size, std::size_t tail,
                        std::uint64_t seed);
 [[nodiscard]] std::vector<std::byte> read_whole_file(const std::filesystem::path &path);
+
+/// Makes a FIFO at @p fifo and runs @p body, which opens it, on another
+/// thread.  True when body returned within @p seconds while nothing had
+/// the FIFO open for writing; otherwise the FIFO is opened for writing
+/// (which releases an open() waiting for a writer) and, once body has
+/// returned, false.
+[[nodiscard]] bool returns_without_a_fifo_writer(const std::filesystem::path &fifo,
+                                                 const std::function<void()> &body,
+                                                 int seconds = 10);
 
 /// Page-aligned heap buffer.
 class AlignedBuffer {

@@ -72,6 +72,27 @@ TEST(File, OpenErrorsNameTheFile) {
   expect_error(EINVAL, {"O_APPEND"}, [&] { File f(dir / "a", O_WRONLY | O_CREAT | O_APPEND); });
 }
 
+// open() of a FIFO waits for its other end: a wrong path must fail, not hang.
+TEST(File, AFifoIsRefusedWithoutWaitingForAWriter) {
+  TempDir dir;
+  const auto fifo = dir / "fifo";
+  EXPECT_TRUE(test::returns_without_a_fifo_writer(
+      fifo,
+      [&] {
+        expect_error(ESPIPE, {fifo.string(), "FIFO"}, [&] { File f(fifo, O_RDONLY); });
+      }))
+      << "File(" << fifo << ") waited for a writer";
+  expect_error(ESPIPE, {fifo.string()}, [&] { File f(fifo, O_RDONLY, 0, DirectIo::off); });
+}
+
+TEST(File, NonBlockingOpenIsOnlyKeptWhenAsked) {
+  TempDir dir;
+  File f(dir / "a", O_RDWR | O_CREAT);
+  EXPECT_EQ(::fcntl(f.fd(), F_GETFL) & O_NONBLOCK, 0);  // NOLINT(cppcoreguidelines-pro-type-vararg)
+  File g(dir / "a", O_RDONLY | O_NONBLOCK);
+  EXPECT_NE(::fcntl(g.fd(), F_GETFL) & O_NONBLOCK, 0);  // NOLINT(cppcoreguidelines-pro-type-vararg)
+}
+
 TEST(File, ReadsIntoARegistrationAtAnyOffset) {
   TempDir dir;
   test::write_pattern_file(dir / "f", 3 << 20, 8);

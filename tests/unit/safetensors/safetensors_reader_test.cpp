@@ -241,3 +241,16 @@ TEST(SafetensorsReader, MissingFileIsEnoent) {
   const phx::test::TempDir dir;
   expect_rejected(dir / "absent.safetensors", ENOENT, {"cannot open"});
 }
+
+TEST(SafetensorsReader, AFifoIsRefusedWithoutWaitingForAWriter) {
+  const phx::test::TempDir dir;
+  const auto fifo = dir / "fifo.safetensors";
+  EXPECT_TRUE(phx::test::returns_without_a_fifo_writer(
+      fifo, [&] { expect_rejected(fifo, EINVAL, {"not a regular file"}); }))
+      << "read_header(" << fifo << ") waited for a writer";
+}
+
+TEST(SafetensorsReader, ADirectoryIsNotAFile) {
+  const phx::test::TempDir dir;
+  expect_rejected(dir.path(), EINVAL, {"not a regular file"});
+}
