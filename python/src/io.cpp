@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <optional>
 #include <shared_mutex>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "buffer.hpp"
+#include "int_arg.hpp"
 #include "phoenix/phoenix.hpp"
 #include "phoenix/safetensors.hpp"
 #include "registry.hpp"
@@ -325,7 +327,8 @@ class PyFile {
   }
 
   std::size_t io(bool is_write, const char *op, const py::object &buf, const py::object &size,
-                 std::int64_t file_offset, std::int64_t buffer_offset, phx::Engine engine) {
+                 const py::object &file_offset, const py::object &buffer_offset,
+                 phx::Engine engine) {
     check();
     Request r = request(is_write, op, buf, size, file_offset, buffer_offset, engine);
     if (r.size == 0) {
@@ -342,17 +345,17 @@ class PyFile {
                     : f.read(use.entry->reg, use.offset, r.size, r.file_offset);
   }
 
-  std::size_t pread(const py::object &buf, const py::object &size, std::int64_t file_offset,
-                    std::int64_t buffer_offset) {
+  std::size_t pread(const py::object &buf, const py::object &size, const py::object &file_offset,
+                    const py::object &buffer_offset) {
     return io(false, "pread", buf, size, file_offset, buffer_offset, engine_);
   }
-  std::size_t pwrite(const py::object &buf, const py::object &size, std::int64_t file_offset,
-                     std::int64_t buffer_offset) {
+  std::size_t pwrite(const py::object &buf, const py::object &size, const py::object &file_offset,
+                     const py::object &buffer_offset) {
     return io(true, "pwrite", buf, size, file_offset, buffer_offset, engine_);
   }
-  std::size_t read_into(const py::object &buf, std::int64_t file_offset, const py::object &size,
-                        const std::string &engine) {
-    return io(false, "read_into", buf, size, file_offset, 0, phx::parse_engine(engine));
+  std::size_t read_into(const py::object &buf, const py::object &file_offset,
+                        const py::object &size, const std::string &engine) {
+    return io(false, "read_into", buf, size, file_offset, py::int_(0), phx::parse_engine(engine));
   }
 
   std::vector<std::size_t> batch(bool is_write, const py::iterable &requests) {
@@ -366,9 +369,10 @@ class PyFile {
       }
       const auto t = py::reinterpret_borrow<py::tuple>(item);
       const py::object none = py::none();
+      const py::object zero = py::int_(0);
       reqs.push_back(request(is_write, op, t[0], t.size() > 1 ? py::object(t[1]) : none,
-                             t.size() > 2 ? t[2].cast<std::int64_t>() : 0,
-                             t.size() > 3 ? t[3].cast<std::int64_t>() : 0, engine_));
+                             t.size() > 2 ? py::object(t[2]) : zero,
+                             t.size() > 3 ? py::object(t[3]) : zero, engine_));
     }
     std::vector<std::size_t> done(reqs.size(), 0);
     const py::gil_scoped_release release;
@@ -485,34 +489,50 @@ class PyFile {
     return *file_;
   }
 
-  // Offsets and sizes are taken signed so that a negative one is this
-  // error, naming the file, rather than pybind's "incompatible arguments".
+  // Offsets and sizes are taken as Python ints so that a negative or huge
+  // one is this error, naming the file, rather than pybind's "incompatible
+  // arguments".
   Request request(bool is_write, const char *op, const py::handle &buf, const py::object &size,
-                  std::int64_t file_offset, std::int64_t buffer_offset, phx::Engine engine) const {
-    const std::optional<std::int64_t> wanted =
-        size.is_none() ? std::nullopt : std::optional(size.cast<std::int64_t>());
-    const auto fail = [&](const std::string &why) {
+                  const py::object &file_offset_arg, const py::object &buffer_offset_arg,
+                  phx::Engine engine) const {
+    const py::int_ offset_value = index_arg(file_offset_arg, std::string(op) + " file_offset");
+    const py::int_ buffer_offset_value =
+        index_arg(buffer_offset_arg, std::string(op) + " buf_offset");
+    const std::optional<py::int_> size_value =
+        size.is_none() ? std::nullopt : std::optional(index_arg(size, std::string(op) + " size"));
+    const auto fail = [&](int error, const std::string &why) {
+      const bool buffer_offset_given = !buffer_offset_value.equal(py::int_(0));
       throw std::system_error(
-          EINVAL, std::system_category(),
-          std::string(op) + " " + path_ + ": file offset " + std::to_string(file_offset) +
-              ", size " + (wanted ? std::to_string(*wanted) : "all") +
-              (buffer_offset != 0 ? ", buffer offset " + std::to_string(buffer_offset)
-                                  : std::string()) +
+          error, std::system_category(),
+          std::string(op) + " " + path_ + ": file offset " + text(offset_value) + ", size " +
+              (size_value ? text(*size_value) : "all") +
+              (buffer_offset_given ? ", buffer offset " + text(buffer_offset_value)
+                                   : std::string()) +
               ": " + why);
     };
-    if (file_offset < 0 || wanted.value_or(0) < 0 || buffer_offset < 0) {
-      fail("none may be negative");
+    const py::int_ zero(0);
+    if (offset_value < zero || buffer_offset_value < zero || (size_value && *size_value < zero)) {
+      fail(EINVAL, "none may be negative");
     }
+    const py::int_ max_offset(std::numeric_limits<std::int64_t>::max());
+    if (offset_value > max_offset || buffer_offset_value > max_offset ||
+        (size_value && *size_value > max_offset)) {
+      fail(EOVERFLOW, "larger than a file offset can be (2^63 - 1)");
+    }
+    const auto file_offset = offset_value.cast<std::int64_t>();
+    const auto buffer_offset = buffer_offset_value.cast<std::int64_t>();
+    const std::optional<std::int64_t> wanted =
+        size_value ? std::optional(size_value->cast<std::int64_t>()) : std::nullopt;
     Request r;
     r.buffer = std::make_unique<Buffer>(buf, !is_write);
     const std::size_t capacity = r.buffer->nbytes();
     r.buffer_offset = static_cast<std::size_t>(buffer_offset);
     if (r.buffer_offset > capacity) {
-      fail("past the buffer's " + std::to_string(capacity) + " bytes");
+      fail(EINVAL, "past the buffer's " + std::to_string(capacity) + " bytes");
     }
     r.size = wanted ? static_cast<std::size_t>(*wanted) : capacity - r.buffer_offset;
     if (r.size > capacity - r.buffer_offset) {
-      fail("more than the buffer's " + std::to_string(capacity) + " bytes");
+      fail(EINVAL, "more than the buffer's " + std::to_string(capacity) + " bytes");
     }
     r.file_offset = static_cast<std::uint64_t>(file_offset);
     if (r.size != 0) {

@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "dlpack_export.hpp"
+#include "int_arg.hpp"
 #include "io.hpp"
 #include "options.hpp"
 #include "phoenix/phoenix.hpp"
@@ -77,8 +78,8 @@ py::dict tensors_dict(const st::LoadedCheckpoint &loaded) {
 class PyLoader {
  public:
   PyLoader(const std::string &device, const std::string &engine, const py::object &device_map,
-           const std::string &cache, std::size_t chunk_size, unsigned queue_depth,
-           unsigned parallel_files, bool pinned)
+           const std::string &cache, const py::object &chunk_size, const py::object &queue_depth,
+           const py::object &parallel_files, bool pinned)
       : loader_(make_options(device, engine, device_map, cache, chunk_size, queue_depth,
                              parallel_files, pinned)) {}
 
@@ -128,8 +129,8 @@ class PyLoader {
  private:
   static st::LoadOptions make_options(const std::string &device, const std::string &engine,
                                       const py::object &device_map, const std::string &cache,
-                                      std::size_t chunk_size, unsigned queue_depth,
-                                      unsigned parallel_files, bool pinned) {
+                                      const py::object &chunk_size, const py::object &queue_depth,
+                                      const py::object &parallel_files, bool pinned) {
     st::LoadOptions o;
     const Target target = parse_target(device);
     o.engine = target.cuda ? phx::parse_engine(engine) : phx::Engine::host;
@@ -144,9 +145,9 @@ class PyLoader {
       }
     }
     o.cache = parse_cache(cache);
-    o.chunk_size = chunk_size;
-    o.queue_depth = queue_depth;
-    o.parallel_files = parallel_files;
+    o.chunk_size = int_arg<std::size_t>(chunk_size, "load options: chunk_size");
+    o.queue_depth = int_arg<unsigned>(queue_depth, "load options: queue_depth");
+    o.parallel_files = int_arg<unsigned>(parallel_files, "load options: parallel_files");
     o.pinned_host = pinned;
     return o;
   }
@@ -243,11 +244,13 @@ PYBIND11_MODULE(_phoenix, m) {
 
   py::class_<PyLoader>(m, "Loader")
       .def(py::init<const std::string &, const std::string &, const py::object &,
-                    const std::string &, std::size_t, unsigned, unsigned, bool>(),
+                    const std::string &, const py::object &, const py::object &, const py::object &,
+                    bool>(),
            py::arg("device") = "cuda:0", py::arg("engine") = "auto",
            py::arg("device_map") = py::none(), py::arg("cache") = "auto",
-           py::arg("chunk_size") = std::size_t{32} << 20, py::arg("queue_depth") = 8U,
-           py::arg("parallel_files") = 4U, py::arg("pinned") = false)
+           py::arg("chunk_size") = py::int_(std::size_t{32} << 20),
+           py::arg("queue_depth") = py::int_(8), py::arg("parallel_files") = py::int_(4),
+           py::arg("pinned") = false)
       .def("warm_up", &PyLoader::warm_up, py::arg("paths"))
       .def("load", &PyLoader::load, py::arg("paths"), py::arg("progress") = py::none())
       .def_property_readonly("stats", &PyLoader::stats);

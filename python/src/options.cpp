@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "int_arg.hpp"
 #include "phoenix/phoenix.hpp"
 
 namespace py = pybind11;
@@ -18,7 +19,7 @@ phx::Options make(const py::kwargs &fields) {
   phx::Options o = phx::Options::defaults();
   py::object self = py::cast(o);
   for (const auto &[key, value] : fields) {
-    const std::string name = py::cast<std::string>(key);
+    const auto name = py::cast<std::string>(key);
     if (!py::hasattr(self, name.c_str()) || name.starts_with("_") || name == "validate" ||
         name == "defaults" || name == "from_environment") {
       throw py::type_error("Options: unknown field \"" + name + "\"");
@@ -28,6 +29,19 @@ phx::Options make(const py::kwargs &fields) {
   o = py::cast<phx::Options>(self);
   o.validate();
   return o;
+}
+
+// A numeric field whose setter range-checks: Options(copy_threads=-1) is
+// OSError(EINVAL) naming the field, as validate()'s range errors are.
+template <typename T>
+void integer_field(py::class_<phx::Options> &options, const char *name, T phx::Options::*field,
+                   const char *doc) {
+  options.def_property(
+      name, [field](const phx::Options &o) { return o.*field; },
+      [field, name](phx::Options &o, const py::object &value) {
+        o.*field = int_arg<T>(value, std::string("Options.") + name);
+      },
+      doc);
 }
 
 std::string repr(const phx::Options &o) {
@@ -57,22 +71,6 @@ the field.  Fields and their variables: docs/configuration.md.)");
           "engine", [](const phx::Options &o) { return std::string(phx::to_string(o.engine)); },
           [](phx::Options &o, const std::string &name) { o.engine = phx::parse_engine(name); },
           R"(PHX_ENGINE: "auto", "direct", "host", "compat" or "cufile".)")
-      .def_readwrite("queue_depth", &phx::Options::queue_depth,
-                     "PHX_QUEUE_DEPTH: io_uring entries (1-32768).")
-      .def_readwrite("staging_bytes", &phx::Options::staging_bytes,
-                     "PHX_STAGING_SIZE: host bounce buffer per I/O thread.")
-      .def_readwrite("copy_threads", &phx::Options::copy_threads,
-                     "PHX_COPY_THREADS: compat copy threads (1-256).")
-      .def_readwrite("copy_depth", &phx::Options::copy_depth,
-                     "PHX_COPY_DEPTH: chunks in flight per copy thread (2-64).")
-      .def_readwrite("copy_chunk", &phx::Options::copy_chunk,
-                     "PHX_COPY_CHUNK: compat chunk on buffered files.")
-      .def_readwrite("copy_direct_chunk", &phx::Options::copy_direct_chunk,
-                     "PHX_COPY_DIRECT_CHUNK: compat chunk on O_DIRECT files.")
-      .def_readwrite("stream_workers", &phx::Options::stream_workers,
-                     "PHX_STREAM_WORKERS: threads running stream-ordered I/O.")
-      .def_readwrite("stream_staging_bytes", &phx::Options::stream_staging_bytes,
-                     "PHX_STREAM_STAGING: pinned memory of stream-ordered compat I/O.")
       .def_static("defaults", &phx::Options::defaults,
                   "The process defaults (the environment as first read).")
       .def_static("from_environment", &phx::Options::from_environment,
@@ -81,6 +79,22 @@ the field.  Fields and their variables: docs/configuration.md.)");
            "Raises OSError(EINVAL) naming the first field out of range.")
       .def(py::self == py::self)  // NOLINT(misc-redundant-expression)
       .def("__repr__", &repr);
+  integer_field(options, "queue_depth", &phx::Options::queue_depth,
+                "PHX_QUEUE_DEPTH: io_uring entries (1-32768).");
+  integer_field(options, "staging_bytes", &phx::Options::staging_bytes,
+                "PHX_STAGING_SIZE: host bounce buffer per I/O thread.");
+  integer_field(options, "copy_threads", &phx::Options::copy_threads,
+                "PHX_COPY_THREADS: compat copy threads (1-256).");
+  integer_field(options, "copy_depth", &phx::Options::copy_depth,
+                "PHX_COPY_DEPTH: chunks in flight per copy thread (2-64).");
+  integer_field(options, "copy_chunk", &phx::Options::copy_chunk,
+                "PHX_COPY_CHUNK: compat chunk on buffered files.");
+  integer_field(options, "copy_direct_chunk", &phx::Options::copy_direct_chunk,
+                "PHX_COPY_DIRECT_CHUNK: compat chunk on O_DIRECT files.");
+  integer_field(options, "stream_workers", &phx::Options::stream_workers,
+                "PHX_STREAM_WORKERS: threads running stream-ordered I/O.");
+  integer_field(options, "stream_staging_bytes", &phx::Options::stream_staging_bytes,
+                "PHX_STREAM_STAGING: pinned memory of stream-ordered compat I/O.");
 }
 
 }  // namespace phx::python

@@ -134,6 +134,24 @@ def test_errors_carry_errno(phx, tmp_path, make_file):
         assert info.value.errno == 22 and f.path in str(info.value)
         assert all(w in str(info.value) for w in words), str(info.value)
     assert not dst.any()
+    # Past what a file offset can be, or not an integer: the same errors,
+    # not pybind11's "incompatible function arguments".
+    for offset, size, buf_offset in ((1 << 63, None, 0), (0, 1 << 64, 0), (0, None, 1 << 70)):
+        with pytest.raises(OSError) as info:
+            f.pread(dst, size, offset, buf_offset)
+        assert info.value.errno == errno.EOVERFLOW and f.path in str(info.value)
+    with pytest.raises(OSError) as info:
+        f.pread_batch([(dst, None, 1 << 64)])
+    assert info.value.errno == errno.EOVERFLOW and str(1 << 64) in str(info.value)
+    for call in (lambda: f.pread(dst, 1.5), lambda: f.read_into(dst, "0"),
+                 lambda: f.pread_batch([(dst, None, 0.0)])):
+        with pytest.raises(TypeError, match="expected an integer"):
+            call()
+    assert not dst.any()
+    for option, value in (("chunk_size", -1), ("queue_depth", 1 << 40), ("parallel_files", -2)):
+        with pytest.raises(OSError) as info:
+            phx.Loader("cpu", **{option: value})
+        assert info.value.errno == errno.EINVAL and option in str(info.value)
 
 
 def test_engine_for_cpu(phx):

@@ -25,12 +25,22 @@ def test_defaults_and_fields(phx):
 
 @pytest.mark.parametrize("field,value", [
     ("queue_depth", 0), ("queue_depth", 40000), ("staging_bytes", 100),
-    ("copy_depth", 1), ("stream_workers", 0), ("copy_chunk", 2 << 30)])
+    ("copy_depth", 1), ("stream_workers", 0), ("copy_chunk", 2 << 30),
+    ("copy_threads", -1), ("stream_workers", 1 << 40), ("staging_bytes", 1 << 64)])
 def test_out_of_range_names_the_field(phx, field, value):
     with pytest.raises(OSError) as info:
         phx.Options(**{field: value})
     assert info.value.errno == errno.EINVAL
     assert field in str(info.value)
+
+
+def test_fields_take_integers_only(phx):
+    o = phx.Options()
+    for value in (1.5, "4", None):
+        with pytest.raises(TypeError, match="copy_threads"):
+            o.copy_threads = value
+    o.copy_threads = True  # an int, as Python has it
+    assert o.copy_threads == 1
 
 
 def test_unknown_field_and_engine(phx):
