@@ -127,10 +127,10 @@ struct phxfs_reg {
 	struct completion revoked;
 	/* Pages before this index were seen idle by the teardown's wait. */
 	unsigned long idle_upto;
-	/* Finishes a teardown whose waiter was killed. */
-	struct work_struct finish;
+	/* Finishes a teardown whose caller could not wait for its pages. */
+	struct delayed_work finish;
 	/* Releases the claim of pages still referenced after a revocation. */
-	struct work_struct unclaim;
+	struct delayed_work unclaim;
 	/* Revoked with pages still referenced: live until unclaim has run. */
 	bool quarantined;
 	/*
@@ -150,7 +150,7 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 		     struct phxfs_reg **out);
 void phxfs_reg_publish(struct phxfs_file *pf, struct phxfs_reg *reg);
 void phxfs_reg_abandon(struct phxfs_file *pf, struct phxfs_reg *reg);
-void phxfs_reg_teardown(struct phxfs_reg *reg);
+void phxfs_reg_teardown(struct phxfs_reg *reg, unsigned long wait);
 bool phxfs_reg_revoke_begin(struct phxfs_reg *reg, unsigned long timeout);
 void phxfs_reg_revoke_end(struct phxfs_reg *reg);
 void phxfs_reg_revoke_lost(struct phxfs_reg *reg, unsigned long timeout);

@@ -35,6 +35,17 @@ static int phxfs_open(struct inode *inode, struct file *file)
 	return 0;
 }
 
+/*
+ * How long the last close waits for DMA in flight on its registrations
+ * before leaving them to the teardown work.  I/O the process started ends
+ * within it; references user space holds for as long as it likes do not
+ * (a pipe it vmsplice'd the pages into, io_uring fixed buffers of a ring
+ * whose release comes after this file's as the process exits), and the
+ * last close may run where no wait can be cut short: in an exiting task,
+ * which cannot be killed any more, or in a kernel thread (delayed fput).
+ */
+#define PHXFS_RELEASE_WAIT (HZ / 4)
+
 static int phxfs_release(struct inode *inode, struct file *file)
 {
 	struct phxfs_file *pf = file->private_data;
@@ -44,11 +55,11 @@ static int phxfs_release(struct inode *inode, struct file *file)
 	/*
 	 * Every VMA of this file holds a file reference, so no mapping is
 	 * left; DMA started from one may still be in flight, which teardown
-	 * waits for.
+	 * waits for, a bounded time.
 	 */
 	xa_for_each(&pf->regs, index, reg) {
 		xa_erase(&pf->regs, index);
-		phxfs_reg_teardown(reg);
+		phxfs_reg_teardown(reg, PHXFS_RELEASE_WAIT);
 	}
 	xa_destroy(&pf->regs);
 	kfree(pf);
@@ -133,9 +144,11 @@ static long phxfs_ioctl_register(struct file *file, void __user *uarg)
 	/*
 	 * A registration claims device pages (others get EBUSY on them) and
 	 * only a read-write open can map it, so a read-only open, which may
-	 * have been handed out as "look but do not touch", cannot pin.
+	 * have been handed out as "look but do not touch", cannot pin, nor
+	 * can a write-only one, which could pin pages it can never map.
 	 */
-	if (!(file->f_mode & FMODE_WRITE))
+	if ((file->f_mode & (FMODE_READ | FMODE_WRITE)) !=
+	    (FMODE_READ | FMODE_WRITE))
 		return -EBADF;
 	ret = phxfs_copy_args(&args, uarg, sizeof(args), PHXFS_ABI_VERSION);
 	if (ret)
@@ -188,7 +201,8 @@ static long phxfs_ioctl_deregister(struct phxfs_file *pf, void __user *uarg)
 	mutex_unlock(&pf->lock);
 	if (ret)
 		return ret;
-	phxfs_reg_teardown(reg);
+	/* Until DMA in flight has finished (or the caller is killed). */
+	phxfs_reg_teardown(reg, 0);
 	return 0;
 }
 

@@ -350,7 +350,7 @@ static void phxfs_nv_unpin(struct phxfs_reg *reg)
 	ret = phxfs_nv_release(reg, pin);
 	if (ret) {
 		atomic64_inc(&reg->dev->stats.errors);
-		pr_err("dev%u: releasing GPU range %#llx+%llu failed: %d\n",
+		pr_err_ratelimited("dev%u: releasing GPU range %#llx+%llu failed: %d\n",
 		       reg->dev->index, reg->device_addr, reg->length, ret);
 	}
 	reg->pin = NULL;

@@ -23,9 +23,9 @@
 #include "phxfs_compat.h"
 
 /*
- * Teardowns that outlive their caller (a killed DEREGISTER, an exiting
- * process) finish here.  phxfs_exit() destroys it, which waits for a work
- * item that has just dropped its module reference to return.
+ * Teardowns that outlive their caller (a killed DEREGISTER, a release that
+ * stopped waiting) finish here.  phxfs_exit() destroys it, which waits for
+ * a work item that has just dropped its module reference to return.
  */
 static struct workqueue_struct *phxfs_wq;
 
@@ -183,7 +183,7 @@ static int phxfs_reg_wait_pages(struct phxfs_reg *reg, unsigned long *cursor,
 			if (timeout && time_after(jiffies, start + timeout))
 				return -ETIMEDOUT;
 			if (!told && time_after(jiffies, start + 10 * HZ)) {
-				pr_info("dev%u: handle %llu: still waiting for I/O in flight on page %lu\n",
+				pr_info_ratelimited("dev%u: handle %llu: still waiting for I/O in flight on page %lu\n",
 					reg->dev->index, reg->handle, *cursor);
 				told = true;
 			}
@@ -206,14 +206,19 @@ static int phxfs_reg_wait_pages(struct phxfs_reg *reg, unsigned long *cursor,
 }
 
 /*
- * Waits for the teardown's pages, resuming from reg->idle_upto.  With
- * @killable, returns -EINTR when the caller is being killed (an exiting
- * process, or a DEREGISTER caller who gave up), leaving the rest to
- * phxfs_reg_finish_work().
+ * Advances reg->idle_upto past the pages that are idle, without sleeping.
+ *
+ * Return: true when every page is.
  */
-static int phxfs_reg_wait_idle(struct phxfs_reg *reg, bool killable)
+static bool phxfs_reg_drained(struct phxfs_reg *reg)
 {
-	return phxfs_reg_wait_pages(reg, &reg->idle_upto, killable, 0);
+	while (reg->idle_upto < reg->npages) {
+		if (!phxfs_page_idle(reg->pages[reg->idle_upto]))
+			return false;
+		if (!(++reg->idle_upto & 1023))
+			cond_resched();
+	}
+	return true;
 }
 
 /*
@@ -247,11 +252,22 @@ static void phxfs_reg_finish(struct phxfs_reg *reg)
 	phxfs_reg_put(reg);
 }
 
+/*
+ * Finishes a teardown whose caller stopped waiting for the pages.  User
+ * space can hold their references for as long as it likes (a vmsplice'd
+ * pipe, io_uring fixed buffers), so this looks again every
+ * PHXFS_IDLE_POLL_MAX rather than sleeping in a worker: held pages then
+ * occupy no worker, and other teardowns do not queue behind them.
+ */
 static void phxfs_reg_finish_work(struct work_struct *work)
 {
-	struct phxfs_reg *reg = container_of(work, struct phxfs_reg, finish);
+	struct phxfs_reg *reg =
+		container_of(to_delayed_work(work), struct phxfs_reg, finish);
 
-	phxfs_reg_wait_idle(reg, false);
+	if (!phxfs_reg_drained(reg)) {
+		queue_delayed_work(phxfs_wq, &reg->finish, PHXFS_IDLE_POLL_MAX);
+		return;
+	}
 	phxfs_reg_finish(reg);
 	/*
 	 * Taken when the teardown was deferred, so that rmmod fails with
@@ -342,8 +358,8 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 	reg->owner_mm = current->mm;
 	mmgrab(reg->owner_mm);
 	atomic_set(&reg->state, PHXFS_REG_GONE);
-	INIT_WORK(&reg->finish, phxfs_reg_finish_work);
-	INIT_WORK(&reg->unclaim, phxfs_reg_unclaim_work);
+	INIT_DELAYED_WORK(&reg->finish, phxfs_reg_finish_work);
+	INIT_DELAYED_WORK(&reg->unclaim, phxfs_reg_unclaim_work);
 	reg->pages = kvcalloc(reg->npages, sizeof(*reg->pages),
 			      GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
 	if (!reg->pages) {
@@ -430,19 +446,23 @@ void phxfs_reg_abandon(struct phxfs_file *pf, struct phxfs_reg *reg)
 	mutex_lock(&pf->lock);
 	xa_release(&pf->regs, (unsigned long)reg->handle);
 	mutex_unlock(&pf->lock);
-	phxfs_reg_teardown(reg);
+	/* Never mapped: no reference to wait for. */
+	phxfs_reg_teardown(reg, 0);
 }
 
 /**
  * phxfs_reg_teardown() - revoke, drain and unpin a registration removed
  * from its table, then drop the table's reference.
- * @reg: registration.
+ * @reg:  registration.
+ * @wait: jiffies to wait at most for DMA in flight on the pages; 0: until
+ *        it has finished.
  *
- * Sleeps until DMA in flight on the pages has finished.  If the caller is
- * killed meanwhile (or is an exiting process), the mapping is already gone
- * and the rest finishes in a work item, holding a module reference.
+ * The wait also ends when the caller is killed.  Whatever it did not see
+ * finish, a work item finishes once the pages are idle, holding a module
+ * reference; the mapping is gone already, and the pages stay claimed, so
+ * phxfs maps them to nobody else meanwhile.
  */
-void phxfs_reg_teardown(struct phxfs_reg *reg)
+void phxfs_reg_teardown(struct phxfs_reg *reg, unsigned long wait)
 {
 	if (atomic_cmpxchg(&reg->state, PHXFS_REG_PINNED,
 			   PHXFS_REG_RELEASING) != PHXFS_REG_PINNED) {
@@ -452,9 +472,9 @@ void phxfs_reg_teardown(struct phxfs_reg *reg)
 		return;
 	}
 	phxfs_reg_zap(reg);
-	if (phxfs_reg_wait_idle(reg, true)) {
+	if (phxfs_reg_wait_pages(reg, &reg->idle_upto, true, wait)) {
 		__module_get(THIS_MODULE);
-		queue_work(phxfs_wq, &reg->finish);
+		queue_delayed_work(phxfs_wq, &reg->finish, PHXFS_IDLE_POLL_MAX);
 		return;
 	}
 	phxfs_reg_finish(reg);
@@ -467,12 +487,18 @@ void phxfs_reg_teardown(struct phxfs_reg *reg)
  */
 static void phxfs_reg_unclaim_work(struct work_struct *work)
 {
-	struct phxfs_reg *reg = container_of(work, struct phxfs_reg, unclaim);
+	struct phxfs_reg *reg =
+		container_of(to_delayed_work(work), struct phxfs_reg, unclaim);
 	struct phxfs_dev *dev = reg->dev;
 
-	phxfs_reg_wait_idle(reg, false);
+	/* As phxfs_reg_finish_work(): no worker sleeps on held pages. */
+	if (!phxfs_reg_drained(reg)) {
+		queue_delayed_work(phxfs_wq, &reg->unclaim,
+				   PHXFS_IDLE_POLL_MAX);
+		return;
+	}
 	phxfs_reg_unclaim(reg);
-	pr_info("dev%u: handle %llu: the pages held past its revocation are free\n",
+	pr_info_ratelimited("dev%u: handle %llu: the pages held past its revocation are free\n",
 		dev->index, reg->handle);
 	phxfs_reg_put(reg);
 	/* Counted live until now: regs_live 0 means nothing is held. */
@@ -508,13 +534,14 @@ bool phxfs_reg_revoke_begin(struct phxfs_reg *reg, unsigned long timeout)
 	phxfs_reg_zap(reg);
 	if (phxfs_reg_wait_pages(reg, &reg->idle_upto, false, timeout)) {
 		atomic64_inc(&reg->dev->stats.errors);
-		pr_warn("dev%u: handle %llu: page %lu still referenced %u ms after its memory was freed (vmsplice, io_uring fixed buffer?); kept from reuse until released\n",
+		pr_warn_ratelimited("dev%u: handle %llu: page %lu still referenced %u ms after its memory was freed (vmsplice, io_uring fixed buffer?); kept from reuse until released\n",
 			reg->dev->index, reg->handle, reg->idle_upto,
 			jiffies_to_msecs(timeout));
 		reg->quarantined = true;
 		kref_get(&reg->ref);
 		__module_get(THIS_MODULE);
-		queue_work(phxfs_wq, &reg->unclaim);
+		queue_delayed_work(phxfs_wq, &reg->unclaim,
+				   PHXFS_IDLE_POLL_MAX);
 		return true;
 	}
 	phxfs_reg_unclaim(reg);
@@ -543,7 +570,7 @@ void phxfs_reg_revoke_lost(struct phxfs_reg *reg, unsigned long timeout)
 	phxfs_reg_zap(reg);
 	if (phxfs_reg_wait_pages(reg, &i, false, timeout)) {
 		atomic64_inc(&reg->dev->stats.errors);
-		pr_warn("dev%u: handle %llu: page %lu still referenced %u ms after its memory was freed; its teardown keeps it from reuse\n",
+		pr_warn_ratelimited("dev%u: handle %llu: page %lu still referenced %u ms after its memory was freed; its teardown keeps it from reuse\n",
 			reg->dev->index, reg->handle, i,
 			jiffies_to_msecs(timeout));
 	}
@@ -562,7 +589,7 @@ void phxfs_reg_revoke_end(struct phxfs_reg *reg)
 	atomic64_inc(&dev->stats.revocations);
 	if (!reg->quarantined)
 		atomic64_dec(&dev->stats.regs_live);
-	pr_info("dev%u: handle %llu revoked by the %s provider\n", dev->index,
+	pr_info_ratelimited("dev%u: handle %llu revoked by the %s provider\n", dev->index,
 		reg->handle, dev->provider->name);
 	complete_all(&reg->revoked);
 }

@@ -1003,6 +1003,78 @@ static int t_deregister_wait_sleeps(char *detail, size_t len) {
 }
 
 /*
+ * A process that exits while something else holds references to its
+ * registered pages must still exit.  Here the child vmsplices the pages
+ * into a pipe this process keeps open, then exits with the registration
+ * live; io_uring fixed buffers of a ring whose release comes after the
+ * phxfs file's are the same case.  An exiting task cannot be killed any
+ * more, so the last close may wait for the pages only a bounded time and
+ * leaves the rest to a work item, which finishes once the pipe lets go.
+ */
+static int t_exit_holding_pages(char *detail, size_t len) {
+  const uint64_t size = 64 * KiB;
+  struct phxfs_info info;
+  int fds[2], status = 0, i, info_fd, info_ok;
+  double start, exited_s = -1;
+  uint64_t off;
+  pid_t pid, done = 0;
+
+  EXPECT(!bar_alloc(0, size, &off), "space");
+  EXPECT(!pipe(fds), "pipe");
+  pid = fork();
+  EXPECT(pid >= 0, "fork");
+  if (pid == 0) {
+    struct phxfs_register r;
+    int cfd = phx_open_dev(0);
+    struct iovec iov;
+    void *m;
+
+    if (cfd < 0 || phx_register(cfd, off, size, &r) || !(m = phx_map(cfd, &r)))
+      _exit(2);
+    memset(m, 0x6b, size);
+    iov = (struct iovec){m, size};
+    if (vmsplice(fds[1], &iov, 1, 0) != (ssize_t)size)
+      _exit(errno == EREMOTEIO ? 77 : 3);
+    _exit(0); /* the registration, the mapping and the file go with the exit */
+  }
+  start = monotonic_s();
+  for (i = 0; i < 500 && !done; i++) {
+    done = waitpid(pid, &status, WNOHANG);
+    if (!done)
+      usleep(10000);
+  }
+  if (done == pid)
+    exited_s = monotonic_s() - start;
+  info_fd = phx_open_dev(0);
+  info_ok = info_fd >= 0 && !phx_get_info(info_fd, &info);
+  if (info_fd >= 0)
+    close(info_fd);
+  /* Let go of the pages (first: a child stuck in its exit finishes then). */
+  close(fds[0]);
+  close(fds[1]);
+  if (!done)
+    EXPECT(waitpid(pid, &status, 0) == pid, "waitpid");
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 77) {
+    snprintf(detail, len,
+             "vmsplice cannot hold P2PDMA pages on this kernel (EREMOTEIO): "
+             "no user-space holder to wait for");
+    return 1;
+  }
+  EXPECT(exited_s >= 0, "the child's exit waited for the pipe's page references (over 5 s)");
+  EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %#x", status);
+  EXPECT(info_ok, "GET_INFO: %s", strerror(errno));
+  EXPECT(info.regs_live == 1, "while the pipe held the pages: live %llu, expected 1 (deferred)",
+         (unsigned long long)info.regs_live);
+  EXPECT(!wait_regs_idle(0, &info) && info.regs_live == 0 && info.pages_mapped == 0,
+         "after the pipe closed: live %llu mapped %llu", (unsigned long long)info.regs_live,
+         (unsigned long long)info.pages_mapped);
+  snprintf(detail, len,
+           "exit with pages in a pipe took %.2f s; the teardown finished once the pipe closed",
+           exited_s);
+  return 0;
+}
+
+/*
  * GET_INFO answers user space built against a newer ABI with the version
  * the module speaks and its features, instead of EPROTO; the other ioctls
  * still refuse versions the module does not know.
@@ -1079,5 +1151,6 @@ int vmtest_pcibar(void) {
   vm_run("pcibar/kill_with_live_registration", t_kill_live);
   vm_run("pcibar/register_waits_for_teardown", t_register_waits_for_teardown);
   vm_run("pcibar/deregister_wait_sleeps", t_deregister_wait_sleeps);
+  vm_run("pcibar/exit_while_a_pipe_holds_pages", t_exit_holding_pages);
   return vm_failures() ? 1 : 0;
 }
