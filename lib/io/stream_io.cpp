@@ -34,6 +34,7 @@ std::size_t live_stream_workers() noexcept {
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -112,6 +113,10 @@ struct Op {
   std::vector<std::unique_ptr<StagingSlot>> slots;
   std::vector<std::uint32_t> ready_base;
   std::vector<std::uint32_t> done_base;
+  // A staged read's worker saw every "done" write, the last of the op's
+  // stream operations: the stream no longer reads its flags, no tail needed.
+  bool stream_passed = false;
+  std::vector<std::uint32_t> uses;  // chunks each slot carried
 
   void range(std::size_t i, std::uint64_t &offset, std::size_t &size) const noexcept {
     const std::uint64_t start = i == 0 ? request.file_offset : base + i * chunk;
@@ -156,6 +161,28 @@ bool wait_at_least(const std::uint32_t *flag, std::uint32_t target,
   return true;
 }
 
+// Whether the stream wrote the "done" flag of every chunk of @p op the I/O
+// thread read (its last stream operations for the op).
+bool stream_done(const Op &op) noexcept {
+  for (std::size_t s = 0; s < op.slots.size(); ++s) {
+    if (static_cast<std::int32_t>(load(op.slots[s]->done) - (op.done_base[s] + op.uses[s])) < 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Waits for stream_done(@p op); false when its chain was cut short first.
+bool wait_stream_done(Op &op) noexcept {
+  for (std::size_t s = 0; s < op.slots.size(); ++s) {
+    if (!wait_at_least(op.slots[s]->done, op.done_base[s] + op.uses[s], &op.chain)) {
+      return false;
+    }
+  }
+  op.chain.wait(kIssuing, std::memory_order_acquire);
+  return true;
+}
+
 // Fallback when the driver refuses stream memory operations: the paper's
 // way, a host function that holds the stream until the flag is set.
 struct HostWait {
@@ -170,6 +197,27 @@ void wait_flag(void *arg) {
   }
 }
 
+// The smallest staging slot.  An op smaller than a chunk takes a slot of
+// the next power of two from here up, not a whole chunk: 4 KiB O_DIRECT
+// reads each held a 16 MiB slot, so the default 256 MiB budget let only 16
+// of them be in flight and a batch's submitter waited for slots (issue 26).
+// Powers of two, so that ops of similar sizes reuse each other's slots.
+constexpr std::size_t kMinSlot = std::size_t{64} << 10;
+
+// The slot for an op spanning @p span bytes from its first aligned block,
+// given the chunk (a multiple of @p block) it would otherwise use.
+std::size_t slot_size(std::size_t span, std::size_t chunk, std::size_t block) noexcept {
+  if (span >= chunk) {
+    return chunk;
+  }
+  const std::size_t size = std::bit_ceil(std::max(span, kMinSlot));
+  return std::min(chunk, (size + block - 1) / block * block);
+}
+
+// How often an idle worker (or a submitter waiting for staging) looks at
+// the reads waiting for their streams, and how many it looks at each time.
+constexpr auto kReapPoll = std::chrono::microseconds(20);
+constexpr std::size_t kReapBatch = 64;
 // Idle staging is freed after this long without work, when no op is running.
 constexpr auto kTrimIdleAfter = std::chrono::seconds(2);
 // How long a closing device waits for its streams to pass their last waits
@@ -204,9 +252,11 @@ struct StreamIo::Core {
   void ensure_worker(const std::shared_ptr<Core> &self);
   void enqueue(const std::shared_ptr<Core> &self, std::shared_ptr<Op> op) noexcept;
   void worker() noexcept;
-  void run(Op &op) noexcept;
-  void run_staged(Op &op, bool current) noexcept;
+  bool run(Op &op) noexcept;
+  bool run_staged(Op &op, bool current) noexcept;
   void finish(Op &op) noexcept;
+  void retire(Op &op, bool passed) noexcept;
+  std::size_t reap() noexcept;
   bool enqueue_staged(const std::shared_ptr<Core> &self, const std::shared_ptr<Op> &keep,
                       CUstream_st *stream);
   std::vector<std::unique_ptr<StagingSlot>> take_slots(std::size_t k, std::size_t size);
@@ -239,6 +289,11 @@ struct StreamIo::Core {
   std::vector<std::thread> threads;
   std::size_t idle = 0;     // workers waiting for work
   std::size_t running = 0;  // ops taken by a worker and not finished
+  // Staged reads whose files are read, waiting for their streams to copy
+  // the slots out; their workers moved on (see reap).  One idle worker
+  // polls them.
+  std::deque<std::shared_ptr<Op>> retiring;
+  bool polling = false;
   bool stop = false;
   std::size_t threads_created = 0;
   std::size_t threads_live = 0;
@@ -462,8 +517,20 @@ void StreamIo::Core::worker() noexcept {
     {
       std::unique_lock lock(mutex);
       ++idle;
-      while (queue.empty() && !stop) {
-        if (free_slots.empty() || running > 0) {
+      while (queue.empty() && (!stop || !retiring.empty())) {
+        if (!retiring.empty() && !polling) {
+          polling = true;
+          lock.unlock();
+          const std::size_t reaped = reap();
+          lock.lock();
+          if (reaped == 0 && queue.empty()) {
+            work.wait_for(lock, kReapPoll);
+          }
+          polling = false;
+          if (stop) {
+            work.notify_all();  // workers that left the polling to this one
+          }
+        } else if (free_slots.empty() || running > 0 || !retiring.empty()) {
           work.wait(lock);
         } else if (work.wait_for(lock, kTrimIdleAfter) == std::cv_status::timeout &&
                    queue.empty() && !stop && running == 0) {
@@ -488,12 +555,28 @@ void StreamIo::Core::worker() noexcept {
       queue.pop_front();
       ++running;
     }
-    run(*op);
-    finish(*op);
+    bool deferred = run(*op);
     {
       const std::lock_guard lock(mutex);
       --running;
+      if (deferred) {
+        try {
+          retiring.push_back(op);
+        } catch (...) {
+          deferred = false;  // out of memory: this worker waits for the stream instead
+        }
+      }
     }
+    if (deferred) {
+      op.reset();
+    } else {
+      if (op->staged && !op->slots.empty()) {
+        const bool passed = wait_stream_done(*op);
+        retire(*op, passed);
+      }
+      finish(*op);
+    }
+    (void)reap();  // others' slots too, while every worker may be busy
     // Last: this may drop the device's last reference, and so destroy the
     // StreamIo on this thread (it then detaches this thread, which leaves
     // the loop at once; `this` lives on through the thread's reference).
@@ -503,12 +586,13 @@ void StreamIo::Core::worker() noexcept {
   --threads_live;
 }
 
-void StreamIo::Core::run(Op &op) noexcept {
+// Returns true when the op is left to reap() (a staged read whose stream
+// has not copied it all out yet).
+bool StreamIo::Core::run(Op &op) noexcept {
   const cuda::Driver &d = *cuda::driver();
   const bool current = d.CtxSetCurrent(op.context) == cuda::kSuccess;
   if (op.staged) {
-    run_staged(op, current);
-    return;
+    return run_staged(op, current);
   }
   StreamRequest &r = op.request;
   ssize_t result = -EIO;
@@ -528,9 +612,10 @@ void StreamIo::Core::run(Op &op) noexcept {
   // in store()).  The flag can serve the next op at once: it only grows.
   store(op.flag, op.value);
   give_flag(op.flag);
+  return false;
 }
 
-void StreamIo::Core::run_staged(Op &op, bool current) noexcept {
+bool StreamIo::Core::run_staged(Op &op, bool current) noexcept {
   const cuda::Driver &d = *cuda::driver();
   StreamRequest &r = op.request;
   const std::size_t k = op.slots.size();
@@ -571,6 +656,11 @@ void StreamIo::Core::run_staged(Op &op, bool current) noexcept {
       }
     }
     if (i + 1 == op.count && r.bytes_done != nullptr) {
+      // A chain already cut short lacks copies: the bytes did not all move.
+      if (op.chain.load(std::memory_order_acquire) == kAbandoned) {
+        error = EIO;
+        total = 0;
+      }
       *r.bytes_done =
           error != 0 && total == 0 ? -static_cast<ssize_t>(error) : static_cast<ssize_t>(total);
     }
@@ -590,17 +680,74 @@ void StreamIo::Core::run_staged(Op &op, bool current) noexcept {
     }
     leak_slots(op.slots);
   }
-  // The slots go back once the stream has finished with them, and once the
-  // submitter no longer reads them (a write's final waits come after its
-  // last copy).
-  for (std::size_t s = 0; s < op.slots.size(); ++s) {
-    (void)wait_at_least(op.slots[s]->done, op.done_base[s] + uses[s]);
+  op.uses = std::move(uses);
+  if (!gave_up && r.dir == Direction::read) {
+    // The file is read: the worker moves on, and the slots go back once the
+    // stream has copied them out (reap).  A worker that waited here held
+    // every read behind the slowest one before it in its stream.
+    if (!stream_done(op)) {
+      return true;
+    }
+  } else if (!gave_up) {
+    // A write's slots go back once the stream has finished with them, and
+    // once the submitter no longer reads them (its final waits come after
+    // the last copy).
+    gave_up = !wait_stream_done(op);
   }
   op.chain.wait(kIssuing, std::memory_order_acquire);
+  retire(op, !gave_up);
+  return false;
+}
+
+// Gives back what a finished op holds.  @p passed: its stream wrote every
+// "done" flag the op's chain has; otherwise (a chain cut short, which may
+// never write them) its slots stay out of the pool.
+void StreamIo::Core::retire(Op &op, bool passed) noexcept {
   if (op.event != nullptr) {
     give_event(op.context, op.event);
+    op.event = nullptr;
   }
+  if (!passed) {
+    leak_slots(op.slots);
+    return;
+  }
+  op.stream_passed = op.request.dir == Direction::read;
   give_slots(op.slots);
+}
+
+// Retires the deferred reads whose streams are done with them, or whose
+// chains were cut short; returns how many.  Never waits.  The ops' last
+// references are dropped last, outside the lock: one of them may be the
+// device's, and so destroy the StreamIo (see worker()).
+std::size_t StreamIo::Core::reap() noexcept {
+  std::vector<std::shared_ptr<Op>> done;
+  {
+    const std::lock_guard lock(mutex);
+    // A bounded look per call, oldest first; ops still waiting go to the
+    // back, so that one slow stream does not hide the others' finished ops.
+    for (std::size_t n = std::min(retiring.size(), kReapBatch); n > 0; --n) {
+      std::shared_ptr<Op> &op = retiring.front();
+      const int chain = op->chain.load(std::memory_order_acquire);
+      const bool finished = chain != kIssuing && (stream_done(*op) || chain == kAbandoned);
+      try {
+        if (finished) {
+          done.push_back(std::move(op));
+        } else {
+          retiring.push_back(std::move(op));
+        }
+      } catch (...) {
+        break;  // the op is still at the front: the next reap takes it
+      }
+      retiring.pop_front();
+    }
+  }
+  for (const auto &op : done) {
+    retire(*op, stream_done(*op));
+    finish(*op);
+  }
+  const std::size_t n = done.size();
+  done.clear();
+  return n;
 }
 
 void StreamIo::Core::finish(Op &op) noexcept {
@@ -608,7 +755,7 @@ void StreamIo::Core::finish(Op &op) noexcept {
   op.chain.wait(kIssuing, std::memory_order_acquire);
   if (op.tail != nullptr) {
     retire_tail(op.context, op.tail);
-  } else {
+  } else if (!op.stream_passed) {
     const std::lock_guard lock(mutex);
     keep_flags = true;  // nothing tells when the stream is past the op's waits
   }
@@ -649,7 +796,14 @@ std::vector<std::unique_ptr<StagingSlot>> StreamIo::Core::take_slots(std::size_t
     const auto fits = [&] { return held - free_bytes + k * size <= budget; };
     if (serving != ticket || !fits()) {
       ++waits;
-      staging_changed.wait(lock, [&] { return serving == ticket && fits(); });
+      // Slots come back as workers reap; while every worker is busy, this
+      // thread reaps too.
+      while (
+          !staging_changed.wait_for(lock, kReapPoll, [&] { return serving == ticket && fits(); })) {
+        lock.unlock();
+        (void)reap();
+        lock.lock();
+      }
     }
     // Idle slots of the same size first; then idle slots of other sizes
     // are freed until the new ones fit.
@@ -772,6 +926,8 @@ bool StreamIo::Core::enqueue_staged(const std::shared_ptr<Core> &self,
       std::min(r.policy.direct ? limits.direct_chunk : limits.chunk, limits.staging_bytes);
   op.chunk = std::max(block, want / block * block);
   op.base = r.file_offset - r.file_offset % block;
+  op.chunk =
+      slot_size(static_cast<std::size_t>(r.file_offset + op.length - op.base), op.chunk, block);
   op.count =
       static_cast<std::size_t>((r.file_offset + op.length - op.base + op.chunk - 1) / op.chunk);
   const std::size_t k =
@@ -849,12 +1005,16 @@ bool StreamIo::Core::enqueue_staged(const std::shared_ptr<Core> &self,
                     "cuStreamWaitValue32");
       }
     }
-    CUevent tail = take_event(op.context);
-    if (const cuda::CUresult e = d.EventRecord(tail, stream); e != cuda::kSuccess) {
-      give_event(op.context, tail);
-      cuda::check(e, "cuEventRecord");
+    // A read's last stream operation is a "done" write its worker waits
+    // for (stream_passed); a write's final waits need a tail event.
+    if (r.dir == Direction::write) {
+      CUevent tail = take_event(op.context);
+      if (const cuda::CUresult e = d.EventRecord(tail, stream); e != cuda::kSuccess) {
+        give_event(op.context, tail);
+        cuda::check(e, "cuEventRecord");
+      }
+      op.tail = tail;
     }
-    op.tail = tail;
     op.set_chain(kComplete);
   } catch (...) {
     // Part of the chain may be in the stream already: the I/O thread

@@ -50,7 +50,8 @@ struct StreamLimits {
   /// back; one op never needs more than the whole budget (it uses fewer or
   /// smaller slots), so any op makes progress.
   std::size_t staging_bytes = std::size_t{256} << 20;
-  /// Bytes per staging slot (one pread/pwrite, one copy in the stream).
+  /// Bytes per staging slot (one pread/pwrite, one copy in the stream); an
+  /// op smaller than this takes the next power of two from 64 KiB.
   std::size_t chunk = std::size_t{4} << 20;
   /// The same for O_DIRECT descriptors (larger: O_DIRECT reads are not
   /// merged by the page cache).

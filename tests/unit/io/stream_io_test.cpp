@@ -8,14 +8,18 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <thread>
 #include <vector>
 
 #include "core/device_state.hpp"
 #include "cuda/driver_api.hpp"
+#include "cuda/gpu.hpp"
 #include "fake_gpu.hpp"
 #include "io/stream_io.hpp"
 #include "io/stream_io_testing.hpp"
@@ -235,6 +239,165 @@ TEST_F(StreamIoTest, OneOpLargerThanTheBudgetRuns) {
   const auto memory = mem.download();
   const auto found = find_mismatch(memory, kSeed, 0);
   EXPECT_FALSE(found.has_value()) << "byte " << *found;
+}
+
+// An op smaller than a chunk holds a slot its size (in powers of two from
+// 64 KiB), not a whole chunk: sixteen 4 KiB reads in flight fit in a budget
+// of two chunks (a whole chunk each would allow two), and no submit waits
+// for staging.
+TEST_F(StreamIoTest, SmallOpsTakeSmallSlots) {
+  constexpr std::size_t kOps = 16;
+  constexpr std::size_t kSmall = 4 * kKiB;
+  constexpr std::size_t kMinSlot = 64 * kKiB;
+  const detail::StreamLimits limits{.staging_bytes = std::size_t{2} << 20,
+                                    .chunk = std::size_t{1} << 20,
+                                    .direct_chunk = std::size_t{1} << 20};
+  write_pattern_file(dir_ / "in", kOps * kMinSlot, kSeed);
+  FakeDeviceMemory mem(kOps * kMinSlot);
+  mem.fill(std::byte{0});
+  const auto device = detail::DeviceState::open(0, engine_options(Engine::compat));
+  const auto mapping = device->register_range(mem.data(), mem.size());
+  const Fd in(dir_ / "in", O_RDONLY);
+  const FakeStream stream;
+  std::vector<ssize_t> done(kOps + 1, -7);
+  detail::StreamIo io(device->id(), limits);
+  // One 100 KiB read: one 128 KiB slot.
+  io.submit(
+      request(detail::Direction::read, in.get(), device, mapping, 0, 100 * kKiB, 0, &done[kOps]),
+      stream.get());
+  stream.synchronize();
+  EXPECT_EQ(done[kOps], static_cast<ssize_t>(100 * kKiB));
+  EXPECT_EQ(io.stats().staging_peak, 2 * kMinSlot);
+  phx_fake_cuda_set_op_delay_us(50);  // the stream lags: all sixteen are in flight at once
+  for (std::size_t i = 0; i < kOps; ++i) {
+    io.submit(request(detail::Direction::read, in.get(), device, mapping, i * kMinSlot + 512,
+                      kSmall, i * kMinSlot + 512, &done[i]),
+              stream.get());
+  }
+  stream.synchronize();
+  const detail::StreamIoStats stats = io.stats();
+  EXPECT_EQ(stats.staging_waits, 0U);
+  EXPECT_LE(stats.staging_peak, limits.staging_bytes);
+  EXPECT_EQ(stats.staging_leaked, 0U);
+  const auto memory = mem.download();
+  for (std::size_t i = 0; i < kOps; ++i) {
+    ASSERT_EQ(done[i], static_cast<ssize_t>(kSmall)) << "op " << i;
+    const std::size_t at = i * kMinSlot + 512;
+    const auto found = find_mismatch({memory.data() + at, kSmall}, kSeed, at);
+    ASSERT_FALSE(found.has_value()) << "op " << i << ": byte " << *found;
+  }
+}
+
+// A flag in device-mapped pinned memory that holds a stream back until the
+// test opens it.
+class StreamGate {
+ public:
+  StreamGate() {
+    const detail::cuda::Driver &d = *detail::cuda::driver();
+    const detail::cuda::ScopedContext scope(gpu_.context());
+    void *block = nullptr;
+    if (d.MemHostAlloc(&block, sizeof(std::uint32_t),
+                       detail::cuda::kMemHostAllocPortable |
+                           detail::cuda::kMemHostAllocDeviceMap) != detail::cuda::kSuccess) {
+      throw std::runtime_error("cuMemHostAlloc");
+    }
+    flag_ = static_cast<std::uint32_t *>(block);
+    *flag_ = 0;
+    if (d.MemHostGetDevicePointer(&device_, flag_, 0) != detail::cuda::kSuccess) {
+      throw std::runtime_error("cuMemHostGetDevicePointer");
+    }
+  }
+  ~StreamGate() {
+    const detail::cuda::ScopedContext scope(gpu_.context());
+    (void)detail::cuda::driver()->MemFreeHost(flag_);
+  }
+  StreamGate(const StreamGate &) = delete;
+  StreamGate &operator=(const StreamGate &) = delete;
+  StreamGate(StreamGate &&) = delete;
+  StreamGate &operator=(StreamGate &&) = delete;
+  void hold(const FakeStream &stream) const {
+    ASSERT_EQ(detail::cuda::driver()->StreamWaitValue32(stream.get(), device_, 1,
+                                                        detail::cuda::kStreamWaitValueGeq),
+              detail::cuda::kSuccess);
+  }
+  void open() const { std::atomic_ref<std::uint32_t>(*flag_).store(1, std::memory_order_seq_cst); }
+
+ private:
+  detail::cuda::Gpu gpu_{0};
+  std::uint32_t *flag_ = nullptr;
+  detail::cuda::CUdeviceptr device_ = 0;
+};
+
+// A read's I/O thread moves on once its file is read: with one worker, a
+// read queued in a stream held back by earlier work does not hold up a read
+// on another stream (it did while the worker waited for the copy).
+TEST_F(StreamIoTest, AReadBehindAHeldStreamDoesNotHoldItsWorker) {
+  constexpr std::size_t kSize = 4 * kKiB;
+  constexpr std::size_t kApart = 64 * kKiB;
+  const detail::StreamLimits limits{.workers = 1};
+  write_pattern_file(dir_ / "in", 2 * kApart, kSeed);
+  FakeDeviceMemory mem(2 * kApart);
+  mem.fill(std::byte{0});
+  const auto device = detail::DeviceState::open(0, engine_options(Engine::compat));
+  const auto mapping = device->register_range(mem.data(), mem.size());
+  const Fd in(dir_ / "in", O_RDONLY);
+  const FakeStream held;
+  const FakeStream other;
+  const StreamGate gate;
+  gate.hold(held);
+  ssize_t done_held = -7;
+  ssize_t done_other = -7;
+  detail::StreamIo io(device->id(), limits);
+  io.submit(request(detail::Direction::read, in.get(), device, mapping, 0, kSize, 0, &done_held),
+            held.get());
+  io.submit(request(detail::Direction::read, in.get(), device, mapping, kApart, kSize, kApart,
+                    &done_other),
+            other.get());
+  // A deadline only so that the bug fails the test instead of hanging it.
+  auto other_done = std::async(std::launch::async, [&] { other.synchronize(); });
+  const bool finished = other_done.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  const auto before = mem.download();
+  gate.open();
+  held.synchronize();
+  other_done.wait();
+  ASSERT_TRUE(finished) << "the read on the free stream waited for the held one";
+  EXPECT_EQ(done_other, static_cast<ssize_t>(kSize));
+  auto found = find_mismatch({before.data() + kApart, kSize}, kSeed, kApart);
+  EXPECT_FALSE(found.has_value()) << "byte " << *found;
+  // Still held then: nothing of the first read had reached device memory.
+  EXPECT_TRUE(std::all_of(before.begin(), before.begin() + kSize,
+                          [](std::byte b) { return b == std::byte{0}; }));
+  EXPECT_EQ(done_held, static_cast<ssize_t>(kSize));
+  const auto after = mem.download();
+  found = find_mismatch({after.data(), kSize}, kSeed, 0);
+  EXPECT_FALSE(found.has_value()) << "byte " << *found;
+  EXPECT_TRUE(eventually([&] { return io.stats().staging_held > 0; }));
+  EXPECT_EQ(io.stats().staging_leaked, 0U);
+}
+
+// A read whose copy cannot be put in its stream: the stream is not left
+// waiting, the staging the failed chain names stays out of the pool, and
+// the device still closes (its I/O thread did not wait for a copy that
+// will never come).
+TEST_F(StreamIoTest, AReadWhoseCopyFailsLeavesNothingWaiting) {
+  constexpr std::size_t kSize = 4 * kKiB;
+  write_pattern_file(dir_ / "in", kSize, kSeed);
+  FakeDeviceMemory mem(kSize);
+  const auto device = detail::DeviceState::open(0, engine_options(Engine::compat));
+  const auto mapping = device->register_range(mem.data(), mem.size());
+  const Fd in(dir_ / "in", O_RDONLY);
+  const FakeStream stream;
+  ssize_t done = -7;
+  auto io = std::make_unique<detail::StreamIo>(device->id(), detail::StreamLimits{});
+  phx_fake_cuda_fail_call("cuMemcpyHtoDAsync", 1, 999);
+  io->submit(request(detail::Direction::read, in.get(), device, mapping, 0, kSize, 0, &done),
+             stream.get());
+  stream.synchronize();
+  const bool leaked = eventually([&] { return io->stats().staging_leaked > 0; });
+  EXPECT_TRUE(leaked);
+  if (!leaked) {
+    (void)io.release();  // its worker is stuck: do not hang the test joining it
+  }
 }
 
 // The device owns its stream-ordered I/O: once the device is gone, so are
