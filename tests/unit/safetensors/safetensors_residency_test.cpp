@@ -86,7 +86,11 @@ TEST_F(Residency, NothingCachedReadsAsZeroAndEverythingAsOne) {
   ASSERT_LT(exact_fraction(fd_, 0, size_), 0.01) << "POSIX_FADV_DONTNEED did not evict";
   EXPECT_EQ(resident_fraction(fd_, 0, size_), 0.0);
   lay_out(kMiB, [](std::uint64_t) { return true; });
-  EXPECT_EQ(resident_fraction(fd_, 0, size_), 1.0);
+  // Not exactly 1: under memory pressure (CI runs tests side by side) the
+  // kernel may drop a page it just read, and a sampled page then counts.
+  const double estimate = resident_fraction(fd_, 0, size_);
+  ASSERT_GT(exact_fraction(fd_, 0, size_), 0.99) << "the pages read did not stay cached";
+  EXPECT_GE(estimate, 0.99);
 }
 
 TEST_F(Residency, SampledEstimateFollowsHalves) {
