@@ -41,6 +41,7 @@ std::size_t live_stream_workers() noexcept {
 #include <deque>
 #include <map>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -876,13 +877,35 @@ void StreamIo::Core::give_slots(std::vector<std::unique_ptr<StagingSlot>> &slots
   staging_changed.notify_all();
 }
 
+namespace {
+
+// Slots that a chain cut short may still copy into or out of are kept for
+// the process's life: held here, so that they stay reachable (a leak
+// checker sees memory kept on purpose, not lost).
+void park_for_good(std::unique_ptr<StagingSlot> slot) noexcept {
+  static std::mutex parking;
+  // NOLINTNEXTLINE(cppcoreguidelines-owning-memory): never freed, by design
+  static auto *parked = new (std::nothrow) std::vector<std::unique_ptr<StagingSlot>>();
+  const std::lock_guard lock(parking);
+  try {
+    if (parked == nullptr) {
+      throw std::bad_alloc();
+    }
+    parked->push_back(std::move(slot));
+  } catch (...) {
+    (void)slot.release();  // NOLINT(bugprone-unused-return-value): out of memory: lost instead
+  }
+}
+
+}  // namespace
+
 void StreamIo::Core::leak_slots(std::vector<std::unique_ptr<StagingSlot>> &slots) noexcept {
   {
     const std::lock_guard lock(mutex);
     for (auto &slot : slots) {
       held -= slot->buffer.size();
       leaked += slot->buffer.size();
-      (void)slot.release();  // NOLINT(bugprone-unused-return-value): deliberately leaked
+      park_for_good(std::move(slot));
     }
     keep_flags = true;  // their flags too
   }
