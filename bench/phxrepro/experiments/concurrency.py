@@ -41,6 +41,8 @@ def member_results(ctx, job: dict, n: int, together: bool, timeout: float) -> di
     procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True, env=base.worker_env(ctx))
              for _ in range(n)]
+    # A member that dies says nothing on stdout (its stderr is not kept).
+    gone = '{"status": "error", "error": "a member process ended without a result"}'
     try:
         ready = [json.loads(p.stdout.readline() or '{"ready": false, "error": "no answer"}')
                  for p in procs]
@@ -53,12 +55,12 @@ def member_results(ctx, job: dict, n: int, together: bool, timeout: float) -> di
             for p in procs:
                 p.stdin.write("go\n")
                 p.stdin.flush()
-            done = [json.loads(p.stdout.readline() or '{"status": "error"}') for p in procs]
+            done = [json.loads(p.stdout.readline() or gone) for p in procs]
         else:
             for p in procs:
                 p.stdin.write("go\n")
                 p.stdin.flush()
-                done.append(json.loads(p.stdout.readline() or '{"status": "error"}'))
+                done.append(json.loads(p.stdout.readline() or gone))
         spans = [(d.get("start"), d.get("end")) for d in done]
         loads = [e - s for s, e in spans if s is not None and e is not None]
         if len(loads) < n:

@@ -105,7 +105,8 @@ class PhoenixLoader(Peer):
     def extra(self) -> dict:
         stats = self.loader.stats
         return {"engines": {str(k): v for k, v in dict(stats.get("engines", {})).items()},
-                "library_seconds": stats.get("seconds")}
+                "library_seconds": stats.get("seconds"),
+                "allocate_seconds": stats.get("allocate_seconds")}
 
 
 class Safetensors(Peer):
