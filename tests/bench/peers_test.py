@@ -6,6 +6,7 @@ and a dry run of bench/reproduce peers in which loaders that need CUDA are
 records with the reason.  Usage: peers_test.py [REPO_ROOT] (or pytest)."""
 
 import json
+import mmap
 import os
 import pathlib
 import subprocess
@@ -145,6 +146,22 @@ class Worker(Tiny):
                 self.assertIn(key, r)
             self.assertEqual((r["status"], r["verified"], r["loader_kind"]), ("ok", True, "ceiling"))
         self.assertEqual(len(recs[1]["calls_seconds"]), 2)
+
+    def test_a_cold_call_whose_file_stayed_cached_is_no_cold_result(self):
+        # Pages a process maps survive DONTNEED and drop_caches: the mapping
+        # here holds the file in the page cache as a reference load that
+        # shares the file's mapping would.
+        with open(self.path, "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as held:
+            touched = sum(held[i] for i in range(0, len(held), mmap.PAGESIZE))
+            del touched
+            recs = worker({"loader": "odirect_read", "files": [str(self.path)],
+                           "cache": "cold", "device": "cpu", "steady_calls": 1})
+        if any(r.get("resident_after_evict") in (None, [None]) for r in recs):
+            self.skipTest("mincore cannot report on this filesystem")
+        for r in recs:
+            self.assertGreater(max(r["resident_after_evict"]), 0.9, r)
+            self.assertEqual(r["status"], "error", r)
+            self.assertIn("not a cold read", r["error"])
 
     def test_cuda_loaders_without_cuda_are_unavailable_with_a_reason(self):
         if have("torch"):
