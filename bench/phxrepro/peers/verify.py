@@ -2,8 +2,8 @@
 """Bit-for-bit comparison of a load with the reference.
 
 Tensor loaders are compared with safetensors' own load of the same files
-(safetensors.torch.load_file onto the host; safetensors.numpy in a CPU dry
-run without torch): the same set of names, and
+(safetensors.torch.load_file onto the host, read with pread into the
+process's own memory; safetensors.numpy in a CPU dry run without torch): the same set of names, and
 for each tensor the same dtype, the same shape and the same bytes
 (torch.equal over uint8 views, so that NaN payloads compare as bits, not
 as numbers).  Raw readers and the ceilings are compared with the files'
