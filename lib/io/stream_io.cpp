@@ -657,7 +657,11 @@ bool StreamIo::Core::run_staged(Op &op, bool current) noexcept {
       }
     }
     if (i + 1 == op.count && r.bytes_done != nullptr) {
-      // A chain already cut short lacks copies: the bytes did not all move.
+      // The caller may read the result as soon as this chunk's flag lets
+      // the stream pass, so the chain's fate must be known first: one cut
+      // short lacks copies, and the bytes did not all move.  Issuing ends
+      // in bounded time: the submitter waits for nothing of this op's.
+      op.chain.wait(kIssuing, std::memory_order_acquire);
       if (op.chain.load(std::memory_order_acquire) == kAbandoned) {
         error = EIO;
         total = 0;

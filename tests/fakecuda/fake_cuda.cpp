@@ -160,6 +160,7 @@ struct Globals {
   struct Failure {
     unsigned nth = 0;
     int error = 0;
+    unsigned delay_us = 0;
   };
   std::map<std::string, Failure> failures;  // by entry point
 };
@@ -227,12 +228,19 @@ StreamState &stream_of(CUstream_st *stream) {
 
 CUresult injected(const char *call) {
   Globals &g = globals();
-  const std::lock_guard lock(g.mutex);
-  const auto it = g.failures.find(call);
-  if (it == g.failures.end() || it->second.nth == 0 || --it->second.nth != 0) {
-    return kSuccess;
+  Globals::Failure failure;
+  {
+    const std::lock_guard lock(g.mutex);
+    const auto it = g.failures.find(call);
+    if (it == g.failures.end() || it->second.nth == 0 || --it->second.nth != 0) {
+      return kSuccess;
+    }
+    failure = it->second;
   }
-  return it->second.error;
+  if (failure.delay_us != 0) {
+    std::this_thread::sleep_for(std::chrono::microseconds(failure.delay_us));
+  }
+  return failure.error;
 }
 
 // The alias of [address, address + size) when it lies in one device
@@ -975,7 +983,13 @@ void phx_fake_cuda_set_op_delay_us(unsigned delay_us) {
 void phx_fake_cuda_fail_call(const char *call, unsigned nth, int error) {
   Globals &g = globals();
   const std::lock_guard lock(g.mutex);
-  g.failures[call] = {nth, error};
+  g.failures[call] = {nth, error, 0};
+}
+
+void phx_fake_cuda_fail_call_after(const char *call, unsigned nth, int error, unsigned delay_us) {
+  Globals &g = globals();
+  const std::lock_guard lock(g.mutex);
+  g.failures[call] = {nth, error, delay_us};
 }
 
 void phx_fake_cuda_clear_failures(void) {

@@ -58,6 +58,12 @@ void phx_fake_cuda_set_op_delay_us(unsigned delay_us);
  */
 void phx_fake_cuda_fail_call(const char *call, unsigned nth, int error);
 
+/**
+ * As phx_fake_cuda_fail_call(), but the failing call first sleeps
+ * @delay_us: work on other threads gets ahead of the failure.
+ */
+void phx_fake_cuda_fail_call_after(const char *call, unsigned nth, int error, unsigned delay_us);
+
 /** Clears the failures set by phx_fake_cuda_fail_call(). */
 void phx_fake_cuda_clear_failures(void);
 

@@ -400,6 +400,32 @@ TEST_F(StreamIoTest, AReadWhoseCopyFailsLeavesNothingWaiting) {
   }
 }
 
+// A read whose chain fails after its worker has read the whole file: the
+// call returned, so bytes_done is all the caller learns, and it must not
+// say the bytes arrived.  The failing copy is slow, so the worker finishes
+// first (where the result was once written as success).
+TEST_F(StreamIoTest, AReadWhoseCopyFailsLateReportsEio) {
+  constexpr std::size_t kSize = 4 * kKiB;
+  write_pattern_file(dir_ / "in", kSize, kSeed);
+  FakeDeviceMemory mem(kSize);
+  const auto device = detail::DeviceState::open(0, engine_options(Engine::compat));
+  const auto mapping = device->register_range(mem.data(), mem.size());
+  const Fd in(dir_ / "in", O_RDONLY);
+  const FakeStream stream;
+  ssize_t done = -7;
+  auto io = std::make_unique<detail::StreamIo>(device->id(), detail::StreamLimits{});
+  phx_fake_cuda_fail_call_after("cuMemcpyHtoDAsync", 1, 999, 100'000);
+  io->submit(request(detail::Direction::read, in.get(), device, mapping, 0, kSize, 0, &done),
+             stream.get());
+  stream.synchronize();
+  const bool leaked = eventually([&] { return io->stats().staging_leaked > 0; });
+  EXPECT_TRUE(leaked);
+  EXPECT_EQ(std::atomic_ref<ssize_t>(done).load(), -static_cast<ssize_t>(EIO));
+  if (!leaked) {
+    (void)io.release();
+  }
+}
+
 // The device owns its stream-ordered I/O: once the device is gone, so are
 // its threads, events, flags and staging; whether the last reference goes
 // with the caller (after a synchronize) or with the op itself (the caller
