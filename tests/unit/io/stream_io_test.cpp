@@ -375,29 +375,42 @@ TEST_F(StreamIoTest, AReadBehindAHeldStreamDoesNotHoldItsWorker) {
   EXPECT_EQ(io.stats().staging_leaked, 0U);
 }
 
+struct FailedRead {
+  bool leaked = false;  // its staging left the pool
+  ssize_t done = 0;     // its bytes_done
+};
+
+// A 4 KiB stream-ordered read whose copy into the device fails, @p delay_us
+// after the call is made (its I/O thread gets ahead of a late failure).
+FailedRead read_whose_copy_fails(const TempDir &dir, unsigned delay_us) {
+  constexpr std::size_t kSize = 4 * kKiB;
+  write_pattern_file(dir / "in", kSize, kSeed);
+  FakeDeviceMemory mem(kSize);
+  const auto device = detail::DeviceState::open(0, engine_options(Engine::compat));
+  const auto mapping = device->register_range(mem.data(), mem.size());
+  const Fd in(dir / "in", O_RDONLY);
+  const FakeStream stream;
+  ssize_t done = -7;
+  auto io = std::make_unique<detail::StreamIo>(device->id(), detail::StreamLimits{});
+  phx_fake_cuda_fail_call_after("cuMemcpyHtoDAsync", 1, 999, delay_us);
+  io->submit(request(detail::Direction::read, in.get(), device, mapping, 0, kSize, 0, &done),
+             stream.get());
+  stream.synchronize();
+  FailedRead result;
+  result.leaked = eventually([&] { return io->stats().staging_leaked > 0; });
+  result.done = std::atomic_ref<ssize_t>(done).load();
+  if (!result.leaked) {
+    (void)io.release();  // its worker is stuck: do not hang the test joining it
+  }
+  return result;
+}
+
 // A read whose copy cannot be put in its stream: the stream is not left
 // waiting, the staging the failed chain names stays out of the pool, and
 // the device still closes (its I/O thread did not wait for a copy that
 // will never come).
 TEST_F(StreamIoTest, AReadWhoseCopyFailsLeavesNothingWaiting) {
-  constexpr std::size_t kSize = 4 * kKiB;
-  write_pattern_file(dir_ / "in", kSize, kSeed);
-  FakeDeviceMemory mem(kSize);
-  const auto device = detail::DeviceState::open(0, engine_options(Engine::compat));
-  const auto mapping = device->register_range(mem.data(), mem.size());
-  const Fd in(dir_ / "in", O_RDONLY);
-  const FakeStream stream;
-  ssize_t done = -7;
-  auto io = std::make_unique<detail::StreamIo>(device->id(), detail::StreamLimits{});
-  phx_fake_cuda_fail_call("cuMemcpyHtoDAsync", 1, 999);
-  io->submit(request(detail::Direction::read, in.get(), device, mapping, 0, kSize, 0, &done),
-             stream.get());
-  stream.synchronize();
-  const bool leaked = eventually([&] { return io->stats().staging_leaked > 0; });
-  EXPECT_TRUE(leaked);
-  if (!leaked) {
-    (void)io.release();  // its worker is stuck: do not hang the test joining it
-  }
+  EXPECT_TRUE(read_whose_copy_fails(dir_, 0).leaked);
 }
 
 // A read whose chain fails after its worker has read the whole file: the
@@ -405,25 +418,9 @@ TEST_F(StreamIoTest, AReadWhoseCopyFailsLeavesNothingWaiting) {
 // say the bytes arrived.  The failing copy is slow, so the worker finishes
 // first (where the result was once written as success).
 TEST_F(StreamIoTest, AReadWhoseCopyFailsLateReportsEio) {
-  constexpr std::size_t kSize = 4 * kKiB;
-  write_pattern_file(dir_ / "in", kSize, kSeed);
-  FakeDeviceMemory mem(kSize);
-  const auto device = detail::DeviceState::open(0, engine_options(Engine::compat));
-  const auto mapping = device->register_range(mem.data(), mem.size());
-  const Fd in(dir_ / "in", O_RDONLY);
-  const FakeStream stream;
-  ssize_t done = -7;
-  auto io = std::make_unique<detail::StreamIo>(device->id(), detail::StreamLimits{});
-  phx_fake_cuda_fail_call_after("cuMemcpyHtoDAsync", 1, 999, 100'000);
-  io->submit(request(detail::Direction::read, in.get(), device, mapping, 0, kSize, 0, &done),
-             stream.get());
-  stream.synchronize();
-  const bool leaked = eventually([&] { return io->stats().staging_leaked > 0; });
-  EXPECT_TRUE(leaked);
-  EXPECT_EQ(std::atomic_ref<ssize_t>(done).load(), -static_cast<ssize_t>(EIO));
-  if (!leaked) {
-    (void)io.release();
-  }
+  const FailedRead read = read_whose_copy_fails(dir_, 100'000);
+  EXPECT_TRUE(read.leaked);
+  EXPECT_EQ(read.done, -static_cast<ssize_t>(EIO));
 }
 
 // The device owns its stream-ordered I/O: once the device is gone, so are
