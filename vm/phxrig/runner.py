@@ -25,7 +25,7 @@ from .initramfs import build_initramfs, check_guest_dir
 from .kernels import Kernel
 from .qemu import kvm_usable, qemu_command
 from .userland import prepare_userland, selected_tools
-from .verdict import e2fsck, judge
+from .verdict import died_before_init, e2fsck, judge
 
 
 def prepare_guest(k: Kernel, work: Path, args) -> Path:
@@ -94,6 +94,31 @@ def guest_vars() -> dict[str, str]:
     return out
 
 
+def boot_until_init(k: Kernel, cmd: list[str], work: Path, accel: str, timeout: float,
+                    ready_timeout: float, monitor: Path | None,
+                    uefi_template: Path | None) -> tuple:
+    """Boots; boots again (PHX_VM_BOOT_RETRIES times, default 1) when the
+    guest kernel died before its /init started, so before anything of ours
+    ran.  Returns the last boot and each earlier attempt's cause; the
+    earlier attempts' logs stay as *-attempt<n>.log."""
+    retries: list[str] = []
+    allowed = int(os.environ.get("PHX_VM_BOOT_RETRIES") or 1)
+    while True:
+        b = boot(cmd, work, accel, timeout, ready_timeout, monitor)
+        why = None if b.timed_out else died_before_init(work)
+        if why is None or len(retries) >= allowed:
+            return b, retries
+        retries.append(why)
+        n = len(retries)
+        info(f"[{k.release}] the guest kernel died before /init started ({why.strip()}); "
+             f"booting again ({n} of {allowed})")
+        for name in ("console", "report", "qemu"):
+            with contextlib.suppress(FileNotFoundError):
+                (work / f"{name}.log").rename(work / f"{name}-attempt{n}.log")
+        if uefi_template is not None:
+            shutil.copyfile(uefi_template, work / "ovmf-vars.fd")
+
+
 def run_kernel(k: Kernel, args) -> dict:
     work = WORK_ROOT / (k.release + variant(args))
     work.mkdir(parents=True, exist_ok=True)
@@ -117,6 +142,8 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
     for name in ("console.log", "report.log", "qemu.log", "raw.img", "ext4.img"):
         with contextlib.suppress(FileNotFoundError):
             (work / name).unlink()
+    for p in work.glob("*-attempt*.log"):
+        p.unlink()
     shutil.rmtree(work / "extract", ignore_errors=True)
     accel, why = choose_accel(args, k, work)
     guest = prepare_guest(k, work, args)
@@ -164,7 +191,7 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
     # Unix socket paths are short (108 bytes): the monitor lives in /tmp.
     mon_dir = Path(tempfile.mkdtemp(prefix="phx-vm-"))
     monitor = mon_dir / "monitor.sock"
-    uefi = None
+    uefi = template = None
     if args.high_bar:
         code, template = fetch_ovmf()
         shutil.copyfile(template, work / "ovmf-vars.fd")
@@ -177,7 +204,8 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
         if args.shell:
             subprocess.run(cmd)
             return {"kernel": k.release, "pass": True, "shell": True}
-        b = boot(cmd, work, accel, timeout, ready_timeout, monitor)
+        b, retries = boot_until_init(k, cmd, work, accel, timeout, ready_timeout, monitor,
+                                     uefi_template=template if uefi else None)
         v = judge(work, shm, args.only)
         host_results = list(v.evidence)
         if (work / "ext4.img").is_file() and v.exit_code is not None:
@@ -222,7 +250,7 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
         "dmesg": {"lines": v.dmesg_lines, "bad": len(v.dmesg_bad),
                   "verdict": ("clean" if not v.dmesg_bad else "bad")
                   + ("" if v.dmesg_lines else " (no dump: console log scanned)")},
-        "exit": v.exit_code, "timed_out": b.timed_out, "pass": ok,
+        "exit": v.exit_code, "timed_out": b.timed_out, "boot_retries": retries, "pass": ok,
         "problems": v.problems,
     }
     report = {**summary, "results_detail": all_results, "notes": v.notes,
@@ -244,6 +272,9 @@ def run_kernel_locked(k: Kernel, args, work: Path) -> dict:
     if args.verbose:
         for n in v.notes:
             print(f"    note: {n}")
+    for i, why in enumerate(retries, 1):
+        print(f"    booted again: attempt {i}'s kernel died before /init started: {why.strip()} "
+              f"(its logs: {{console,report,qemu}}-attempt{i}.log)")
     for p in v.problems:
         print(f"    problem: {p}")
     if v.dmesg_bad:

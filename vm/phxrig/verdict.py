@@ -20,8 +20,29 @@ class Verdict:
     dmesg_bad: list[str] = field(default_factory=list)
     init_lines: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)       # PHX-NOTE: information only
+    init_started: bool = False                            # PHX-INIT-START: /init ran
     exit_code: int | None = None
     dmesg_lines: int = 0
+
+
+def died_before_init(work: Path) -> str | None:
+    """The first bad console line when the guest kernel panicked before its
+    /init started (no PHX-INIT-START on the report port), else None.
+
+    Nothing of ours has run then: /init loads the module.  Under TCG the
+    stock kernels now and then die so while they patch their own code (an
+    "Oops: int3" in a static-key site on the other vCPU), which is the
+    emulator's cross-CPU code modification, not the product."""
+    report = work / "report.log"
+    text = report.read_bytes()[:1 << 16] if report.is_file() else b""
+    if any(ln.startswith(b"PHX-INIT-START") for ln in text.splitlines()):
+        return None
+    console = work / "console.log"
+    clines = console.read_text(errors="replace").splitlines() if console.is_file() else []
+    if not any("Kernel panic" in ln for ln in clines):
+        return None
+    bad = scan_kernel_log(clines)
+    return bad[0] if bad else None
 
 
 def judge(work: Path, shm: list[Path], only: str | None) -> Verdict:
@@ -70,6 +91,8 @@ def judge(work: Path, shm: list[Path], only: str | None) -> Verdict:
                 v.exit_code = int(rest)
             except ValueError:
                 v.problems.append(f"malformed PHX-EXIT: {ln}")
+        elif tag == "PHX-INIT-START":
+            v.init_started = True
         elif tag in ("PHX-INIT",):
             v.init_lines.append(rest)
         elif tag == "PHX-NOTE":

@@ -42,6 +42,27 @@ class Verdict(ReportCase):
         v = self.report('PHX-RESULT {"test":"a","status":"pass","detail":""}', dmesg=None, exit_code=None)
         self.assertEqual(len(v.dmesg_bad), 1)
 
+    def test_panic_before_init_started_is_named(self):
+        (self.work / "console.log").write_text(
+            "Booting from ROM..[    3.35] Oops: int3: 0000 [#1] SMP NOPTI\n"
+            "[    3.36] Kernel panic - not syncing: Fatal exception in interrupt\n")
+        (self.work / "report.log").write_text("")
+        why = verdict.died_before_init(self.work)
+        self.assertIsNotNone(why)
+        self.assertIn("Oops: int3", why)
+
+    def test_panic_after_init_started_is_ours(self):
+        (self.work / "console.log").write_text("[ 9.0] Kernel panic - not syncing: Fatal exception\n")
+        (self.work / "report.log").write_text("PHX-INIT-START uptime=3.10\r\n")
+        self.assertIsNone(verdict.died_before_init(self.work))
+        v = verdict.judge(self.work, self.shm, None)
+        self.assertTrue(v.init_started)
+        self.assertFalse(any("unknown protocol line" in p for p in v.problems))
+
+    def test_no_panic_is_no_early_death(self):
+        (self.work / "console.log").write_text("[ 1.0] booting\n")
+        self.assertIsNone(verdict.died_before_init(self.work))
+
     def test_truncated_dump(self):
         (self.work / "report.log").write_text('PHX-RESULT {"test":"a","status":"pass"}\nPHX-DMESG-BEGIN\n<6>x\n')
         v = verdict.judge(self.work, self.shm, None)
