@@ -13,6 +13,7 @@
 
 #include <linux/module.h>
 #include <linux/workqueue.h>
+#include <linux/fs.h>
 #include <linux/jiffies.h>
 #include <linux/mm.h>
 #include <linux/sched.h>
@@ -43,6 +44,8 @@ static void phxfs_reg_free(struct kref *ref)
 
 	if (reg->owner_mm)
 		mmdrop(reg->owner_mm);
+	if (reg->mapping)
+		iput(reg->mapping->host);
 	kvfree(reg->pages);
 	kfree(reg);
 }
@@ -351,7 +354,13 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 	mutex_init(&reg->create_lock);
 	init_completion(&reg->revoked);
 	reg->dev = dev;
+	/*
+	 * The teardown can outlive the file and the node it was opened
+	 * through (pages a pipe holds), and a free callback that finds it
+	 * under way zaps through this mapping, which the node's inode holds.
+	 */
 	reg->mapping = pf->mapping;
+	ihold(reg->mapping->host);
 	reg->device_addr = device_addr;
 	reg->length = length;
 	reg->npages = length >> PAGE_SHIFT;

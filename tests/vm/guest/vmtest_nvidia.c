@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -462,6 +464,130 @@ static int t_legacy_free_vs_vmsplice(char *detail, size_t len) {
   return 0;
 }
 
+/*
+ * The free callback that finds a teardown under way stops DMA by zapping
+ * the registration's range in its mapping, which belongs to the inode of
+ * the node the file was opened through.  Here that node is gone, and so is
+ * every file on it, before cudaFree: a teardown a pipe holds up outlives
+ * both, and the mapping must still be the node's, not freed memory that
+ * another file's inode may hold by then.
+ */
+#define VICTIMS 64
+
+static size_t first_diff_byte(const unsigned char *p, unsigned char want, size_t n) {
+  size_t i;
+
+  for (i = 0; i < n && p[i] == want; i++)
+    ;
+  return i;
+}
+
+static int t_legacy_free_after_node_gone(char *detail, size_t len) {
+  const uint64_t size = 64 * KiB;
+  struct nvemu_stats before, after;
+  struct phxfs_register r;
+  struct phxfs_info info;
+  struct nvemu_alloc a;
+  struct iovec iov;
+  struct stat st;
+  unsigned char *map, *victim[VICTIMS];
+  char node[64];
+  ssize_t spliced;
+  cpu_set_t all_cpus;
+  off_t off;
+  int fd, probe, fds[2], tuned, ret, i, lost = 0, victim_fd[VICTIMS];
+
+  snprintf(node, sizeof(node), "/tmp/phxfs-node-%d", (int)getpid());
+  EXPECT(!sched_getaffinity(0, sizeof(all_cpus), &all_cpus), "affinity");
+  EXPECT(!stat(PHXFS_DEVICE_PREFIX "0", &st) && !emu_stats(&before), "setup");
+  EXPECT(!mknod(node, S_IFCHR | 0600, st.st_rdev), "mknod %s: %s", node, strerror(errno));
+  fd = open(node, O_RDWR | O_CLOEXEC);
+  unlink(node);
+  EXPECT(fd >= 0, "open %s: %s", node, strerror(errno));
+  tuned = set_revoke_wait_ms(1000);
+  EXPECT(!emu_alloc(size, 0, &a) && !phx_register(fd, a.va, size, &r), "alloc+register");
+  map = phx_map(fd, &r);
+  EXPECT(map, "map");
+  memset(map, 0x5a, size);
+  EXPECT(!pipe(fds), "pipe");
+  iov = (struct iovec){map, size};
+  spliced = vmsplice(fds[1], &iov, 1, 0);
+  if (spliced < 0 && errno == EREMOTEIO) {
+    close(fds[0]);
+    close(fds[1]);
+    set_revoke_wait_ms(5000);
+    EXPECT(!munmap(map, size) && !phx_deregister(fd, r.handle) && !emu_free(a.va), "teardown");
+    close(fd);
+    snprintf(detail, len,
+             "vmsplice cannot hold P2PDMA pages on this kernel (EREMOTEIO): no teardown "
+             "outlives its file here");
+    return 1;
+  }
+  EXPECT(spliced == (ssize_t)size, "vmsplice: %s", strerror(errno));
+  /* The last close: its teardown gives up waiting on the pipe's pages. */
+  EXPECT(!munmap(map, size), "munmap");
+  close(fd);
+  /*
+   * The node's inode is freed after an RCU grace period.  Inode slabs keep
+   * their constructed state when freed (no poisoning), so a zap through
+   * the freed inode's mapping does nothing visible unless the slot holds
+   * another inode by then: new files' private copies of the registration's
+   * range then lose their writes.
+   */
+  usleep(300000);
+  off = (off_t)r.handle * (off_t)getpagesize();
+  for (i = 0; i < VICTIMS; i++) {
+    cpu_set_t cpus;
+
+    CPU_ZERO(&cpus);
+    CPU_SET(i % 2, &cpus);
+    sched_setaffinity(0, sizeof(cpus), &cpus);
+    victim_fd[i] = open("/tmp", O_TMPFILE | O_RDWR, 0600);
+    EXPECT(victim_fd[i] >= 0 && !ftruncate(victim_fd[i], off + (off_t)size), "tmpfile %d: %s", i,
+           strerror(errno));
+    victim[i] = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE, victim_fd[i], off);
+    EXPECT(victim[i] != MAP_FAILED, "mmap tmpfile: %s", strerror(errno));
+    memset(victim[i], 0xa5, (size_t)size);
+  }
+  ret = emu_free(a.va);
+  sched_setaffinity(0, sizeof(all_cpus), &all_cpus);
+  for (i = 0; i < VICTIMS; i++) {
+    if (first_diff_byte(victim[i], 0xa5, (size_t)size) != (size_t)size)
+      lost++;
+    munmap(victim[i], (size_t)size);
+    close(victim_fd[i]);
+  }
+  close(fds[0]);
+  close(fds[1]);
+  set_revoke_wait_ms(5000);
+  EXPECT(!lost,
+         "%d of %d other files' private pages lost their writes to the free callback's zap "
+         "(it went through the freed inode's mapping)",
+         lost, VICTIMS);
+  EXPECT(!tuned, "set revoke_wait_ms: %s", strerror(-tuned));
+  EXPECT(!ret, "cudaFree: %s", strerror(-ret));
+  probe = phx_open_dev(0);
+  EXPECT(probe >= 0, "open dev0");
+  for (i = 0; i < 100; i++) {
+    EXPECT(!phx_get_info(probe, &info), "info");
+    if (!info.regs_live)
+      break;
+    usleep(100000);
+  }
+  usleep(100000);
+  close(probe);
+  EXPECT(!info.regs_live && !info.pages_mapped, "regs_live %llu pages_mapped %llu",
+         (unsigned long long)info.regs_live, (unsigned long long)info.pages_mapped);
+  EXPECT(!emu_stats(&after) && after.pins_live == before.pins_live &&
+             after.callbacks == before.callbacks + 1,
+         "pins %llu callbacks %llu", (unsigned long long)after.pins_live,
+         (unsigned long long)after.callbacks);
+  snprintf(detail, len,
+           "cudaFree after the node and its last file were gone, a pipe holding the pages: "
+           "returned, nothing left");
+  return 0;
+}
+
 static int t_legacy_deregister(char *detail, size_t len) {
   struct nvemu_stats before, after;
   char inner[256] = "";
@@ -522,6 +648,7 @@ int vmtest_nvidia(const char *mode) {
     vm_run("nvidia/legacy_free_callback", t_legacy_callback);
     vm_run("nvidia/legacy_free_callback_during_io", t_legacy_callback_during_io);
     vm_run("nvidia/legacy_free_vs_vmsplice", t_legacy_free_vs_vmsplice);
+    vm_run("nvidia/legacy_free_after_node_gone", t_legacy_free_after_node_gone);
   } else {
     vm_run("nvidia/info", t_info);
     vm_run("nvidia/read_scattered_pages", t_read_scattered);
