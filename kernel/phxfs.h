@@ -36,6 +36,9 @@ struct phxfs_reg;
  * @id:        PHXFS_PROVIDER_* reported by GET_INFO.
  * @page_size: registration granularity in bytes.
  * @info_flags: PHXFS_INFO_* bits describing the provider's current state.
+ * @may_register: optional; 0 if the caller may register ranges at all, else
+ *             -errno.  Called before anything sized by the caller is
+ *             allocated.
  * @pin:       pins [reg->device_addr, +reg->length) and fills reg->pages;
  *             returns 0 or -errno.  May sleep.  On an error after pinning
  *             (a page table that fails validation) it leaves reg->pin set
@@ -49,6 +52,7 @@ struct phxfs_provider {
 	u32 id;
 	u32 (*page_size)(const struct phxfs_dev *dev);
 	u32 (*info_flags)(const struct phxfs_dev *dev);
+	int (*may_register)(const struct phxfs_dev *dev);
 	int (*pin)(struct phxfs_reg *reg);
 	void (*unpin)(struct phxfs_reg *reg);
 };

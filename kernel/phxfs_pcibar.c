@@ -34,13 +34,18 @@ static u32 phxfs_pcibar_info_flags(const struct phxfs_dev *dev)
 	return 0;
 }
 
+static int phxfs_pcibar_may_register(const struct phxfs_dev *dev)
+{
+	if (!READ_ONCE(pcibar_open) && !capable(CAP_SYS_RAWIO))
+		return -EPERM;
+	return 0;
+}
+
 static int phxfs_pcibar_pin(struct phxfs_reg *reg)
 {
 	struct phxfs_dev *dev = reg->dev;
 	unsigned long i;
 
-	if (!READ_ONCE(pcibar_open) && !capable(CAP_SYS_RAWIO))
-		return -EPERM;
 	if (reg->device_addr >= dev->bar_size ||
 	    reg->length > dev->bar_size - reg->device_addr)
 		return -ERANGE;
@@ -63,6 +68,7 @@ const struct phxfs_provider phxfs_pcibar_provider = {
 	.id = PHXFS_PROVIDER_PCIBAR,
 	.page_size = phxfs_pcibar_page_size,
 	.info_flags = phxfs_pcibar_info_flags,
+	.may_register = phxfs_pcibar_may_register,
 	.pin = phxfs_pcibar_pin,
 	.unpin = phxfs_pcibar_unpin,
 };

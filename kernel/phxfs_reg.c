@@ -345,6 +345,12 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 	/* Only a process can own a registration (see phxfs_reg_mmap()). */
 	if (!current->mm)
 		return -EINVAL;
+	/* Before anything sized by the caller is allocated. */
+	if (dev->provider->may_register) {
+		ret = dev->provider->may_register(dev);
+		if (ret)
+			return ret;
+	}
 
 	reg = kzalloc(sizeof(*reg), GFP_KERNEL_ACCOUNT);
 	if (!reg)
