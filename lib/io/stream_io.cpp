@@ -218,6 +218,11 @@ std::size_t slot_size(std::size_t span, std::size_t chunk, std::size_t block) no
 // How often an idle worker (or a submitter waiting for staging) looks at
 // the reads waiting for their streams, and how many it looks at each time.
 constexpr auto kReapPoll = std::chrono::microseconds(20);
+// An idle worker that finds nothing finished looks half as often each time,
+// down to this: a stream held up for long (a long kernel before its copies,
+// a wait on an event recorded late) then costs a thousand wake-ups a
+// second, not fifty thousand.  A read deferred meanwhile starts it over.
+constexpr auto kReapPollMax = std::chrono::microseconds(1000);
 constexpr std::size_t kReapBatch = 64;
 // Idle staging is freed after this long without work, when no op is running.
 constexpr auto kTrimIdleAfter = std::chrono::seconds(2);
@@ -295,6 +300,8 @@ struct StreamIo::Core {
   // polls them.
   std::deque<std::shared_ptr<Op>> retiring;
   bool polling = false;
+  std::chrono::microseconds reap_wait = kReapPoll;  // the polling worker's next wait
+  std::size_t reap_polls = 0;
   bool stop = false;
   std::size_t threads_created = 0;
   std::size_t threads_live = 0;
@@ -521,11 +528,16 @@ void StreamIo::Core::worker() noexcept {
       while (queue.empty() && (!stop || !retiring.empty())) {
         if (!retiring.empty() && !polling) {
           polling = true;
+          ++reap_polls;
           lock.unlock();
           const std::size_t reaped = reap();
           lock.lock();
           if (reaped == 0 && queue.empty()) {
-            work.wait_for(lock, kReapPoll);
+            const auto wait = reap_wait;
+            reap_wait = std::min(reap_wait * 2, kReapPollMax);
+            work.wait_for(lock, wait);
+          } else {
+            reap_wait = kReapPoll;
           }
           polling = false;
           if (stop) {
@@ -557,16 +569,22 @@ void StreamIo::Core::worker() noexcept {
       ++running;
     }
     bool deferred = run(*op);
+    bool wake_poller = false;
     {
       const std::lock_guard lock(mutex);
       --running;
       if (deferred) {
         try {
           retiring.push_back(op);
+          wake_poller = reap_wait > kReapPoll;
+          reap_wait = kReapPoll;
         } catch (...) {
           deferred = false;  // out of memory: this worker waits for the stream instead
         }
       }
+    }
+    if (wake_poller) {
+      work.notify_all();  // the polling worker, asleep for up to kReapPollMax
     }
     if (deferred) {
       op.reset();
@@ -1162,6 +1180,7 @@ StreamIoStats StreamIo::Core::stats() const {
   s.staging_peak = peak;
   s.staging_waits = waits;
   s.staging_leaked = leaked;
+  s.reap_polls = reap_polls;
   return s;
 }
 

@@ -68,6 +68,7 @@ struct StreamIoStats {
   std::size_t staging_peak = 0;     ///< the most staging_held has been
   std::size_t staging_waits = 0;    ///< submits that waited for staging
   std::size_t staging_leaked = 0;   ///< given up after a failed CUDA call
+  std::size_t reap_polls = 0;       ///< idle workers' looks at reads waiting for streams
 };
 
 struct StreamRequest {

@@ -90,6 +90,22 @@ detail::StreamRequest request(detail::Direction dir, int fd,
   return r;
 }
 
+// Zeroed fake device memory registered with a compat device, and a file
+// (written by the test) to read into it: the setup most tests here share.
+struct CompatTarget {
+  CompatTarget(const std::filesystem::path &file, std::size_t size)
+      : mem(size),
+        device(detail::DeviceState::open(0, engine_options(Engine::compat))),
+        mapping(device->register_range(mem.data(), mem.size())),
+        in(file, O_RDONLY) {
+    mem.fill(std::byte{0});
+  }
+  FakeDeviceMemory mem;
+  std::shared_ptr<detail::DeviceState> device;
+  std::shared_ptr<detail::Mapping> mapping;
+  Fd in;
+};
+
 // Waits for a condition that must come true without any help from the test
 // (a detached worker leaving); a deadline only so that a bug fails the test
 // instead of hanging it.
@@ -221,22 +237,18 @@ TEST_F(StreamIoTest, OneOpLargerThanTheBudgetRuns) {
   constexpr std::size_t kSize = (std::size_t{5} << 20) + 333;
   const detail::StreamLimits limits{.staging_bytes = 64 * kKiB, .chunk = std::size_t{1} << 20};
   write_pattern_file(dir_ / "in", kSize, kSeed);
-  FakeDeviceMemory mem(kSize);
-  mem.fill(std::byte{0});
-  const auto device = detail::DeviceState::open(0, engine_options(Engine::compat));
-  const auto mapping = device->register_range(mem.data(), mem.size());
-  const Fd in(dir_ / "in", O_RDONLY);
+  CompatTarget t(dir_ / "in", kSize);
   const FakeStream stream;
   ssize_t done = -7;
-  detail::StreamIo io(device->id(), limits);
-  io.submit(request(detail::Direction::read, in.get(), device, mapping, 0, kSize, 0, &done),
+  detail::StreamIo io(t.device->id(), limits);
+  io.submit(request(detail::Direction::read, t.in.get(), t.device, t.mapping, 0, kSize, 0, &done),
             stream.get());
   stream.synchronize();
   EXPECT_EQ(done, static_cast<ssize_t>(kSize));
   EXPECT_LE(io.stats().staging_peak, limits.staging_bytes);
   // Idle staging goes back to the system once nothing runs for a while.
   EXPECT_TRUE(eventually([&] { return io.stats().staging_held == 0; }));
-  const auto memory = mem.download();
+  const auto memory = t.mem.download();
   const auto found = find_mismatch(memory, kSeed, 0);
   EXPECT_FALSE(found.has_value()) << "byte " << *found;
 }
@@ -372,6 +384,36 @@ TEST_F(StreamIoTest, AReadBehindAHeldStreamDoesNotHoldItsWorker) {
   found = find_mismatch({after.data(), kSize}, kSeed, 0);
   EXPECT_FALSE(found.has_value()) << "byte " << *found;
   EXPECT_TRUE(eventually([&] { return io.stats().staging_held > 0; }));
+  EXPECT_EQ(io.stats().staging_leaked, 0U);
+}
+
+// A read whose stream is held: its worker moves on, and the idle worker
+// that looks for its copy looks less and less often.  Without the back-off
+// it woke every 20 us, thousands of times in the 300 ms here.
+TEST_F(StreamIoTest, AHeldStreamIsLookedAtLessAndLessOften) {
+  constexpr std::size_t kSize = 4 * kKiB;
+  write_pattern_file(dir_ / "in", kSize, kSeed);
+  CompatTarget t(dir_ / "in", kSize);
+  const FakeStream held;
+  const StreamGate gate;
+  gate.hold(held);
+  ssize_t done = -7;
+  detail::StreamIo io(t.device->id(), detail::StreamLimits{.workers = 1});
+  io.submit(request(detail::Direction::read, t.in.get(), t.device, t.mapping, 0, kSize, 0, &done),
+            held.get());
+  ASSERT_TRUE(eventually([&] { return io.stats().reap_polls > 0; }));
+  const std::size_t before = io.stats().reap_polls;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const std::size_t polls = io.stats().reap_polls - before;
+  gate.open();
+  held.synchronize();
+  EXPECT_EQ(std::atomic_ref<ssize_t>(done).load(), static_cast<ssize_t>(kSize));
+  const auto after = t.mem.download();
+  const auto found = find_mismatch({after.data(), kSize}, kSeed, 0);
+  EXPECT_FALSE(found.has_value()) << "byte " << *found;
+  // About 300 looks at the 1 ms floor.
+  EXPECT_GT(polls, 0U) << "nobody looked for the held read's copy";
+  EXPECT_LT(polls, 1000U) << "an idle worker looked " << polls << " times in 300 ms";
   EXPECT_EQ(io.stats().staging_leaked, 0U);
 }
 
