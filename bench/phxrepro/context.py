@@ -105,7 +105,8 @@ class Context:
 
     def label(self, engines: list[str] | None = None) -> str:
         parts = [self._label or self.machine]
-        parts.append("engines: " + ", ".join(engines if engines is not None else self.engines))
+        shown = engines if engines is not None else self.engines
+        parts.append("engines: " + (", ".join(shown) if shown else "none recorded"))
         parts.append("EMULATED storage (QEMU TCG): relative numbers only" if self.emulated
                      else "storage: this machine's own disk")
         if self.quick:

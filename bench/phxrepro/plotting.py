@@ -28,6 +28,24 @@ def color(engine: str) -> str:
     return ENGINE_COLORS.get(engine, "#17becf")
 
 
+def engines_of(records) -> list[str]:
+    """The engines named by successful @records: an engine's name or
+    record, or a loader's engine per device."""
+    found: set[str] = set()
+    for r in records:
+        if r.get("status", "ok") != "ok":
+            continue
+        for key in ("engine_name", "engine"):
+            v = r.get(key)
+            if isinstance(v, dict):
+                v = v.get("name")
+            if isinstance(v, str):
+                found.add(v)
+        if isinstance(r.get("engines"), dict):
+            found.update(str(v) for v in r["engines"].values())
+    return sorted(found)
+
+
 def figure(ctx, title: str, *, ncols: int = 1, nrows: int = 1, engines=None,
            width: float = 6.4):
     fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, 4.2 * nrows), squeeze=False)

@@ -141,9 +141,9 @@ manifest_extra = base.manifest_extra
 
 
 def plot(records, ctx, png) -> None:
-    from ..plotting import figure, save
+    from ..plotting import engines_of, figure, save
 
-    fig, axes = figure(ctx, TITLE, ncols=2, width=6.0)
+    fig, axes = figure(ctx, TITLE, ncols=2, width=6.0, engines=engines_of(records))
     for ax, mode in zip(axes[0], ("threads", "processes")):
         for name in dict.fromkeys(r["method"] for r in records):
             for how, style in (("concurrent", "-o"), ("sequential", "--x")):

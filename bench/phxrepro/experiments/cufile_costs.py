@@ -360,10 +360,10 @@ def manifest_extra(records: list[dict]) -> dict:
 
 
 def plot(records, ctx, png) -> None:
-    from ..plotting import figure, log2_size_axis, save
+    from ..plotting import engines_of, figure, log2_size_axis, save
 
     rows = [r for r in records if r.get("kind") == "summary"]
-    fig, axes = figure(ctx, TITLE, ncols=3, width=6.0)
+    fig, axes = figure(ctx, TITLE, ncols=3, width=6.0, engines=engines_of(records))
     axes = axes[0] if hasattr(axes[0], "__len__") else axes
     ax = axes[0]
     for lib in ("phoenix", "nvidia"):

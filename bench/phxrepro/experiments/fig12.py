@@ -49,7 +49,7 @@ import sys
 import time
 
 from ..context import Unavailable
-from ..plotting import color, figure, save
+from ..plotting import color, engines_of, figure, save
 from . import fig12_models as models
 
 NAME = "fig12"
@@ -653,7 +653,7 @@ def plot(records, ctx, png) -> None:
     rows = [r for r in records if r.get("kind") == "load" and r.get("status") == "ok"]
     model_names = list(dict.fromkeys(r["model"] for r in rows))
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    fig, axes = figure(ctx, TITLE, ncols=2, width=7.5)
+    fig, axes = figure(ctx, TITLE, ncols=2, width=7.5, engines=engines_of(rows))
     width = 0.8 / max(1, len(methods))
     for ax, cache in zip(axes[0], ("warm", "cold")):
         for i, method in enumerate(methods):

@@ -1030,9 +1030,9 @@ def manifest_extra(records: list[dict]) -> dict:
 
 
 def plot(records, ctx, png) -> None:
-    from ..plotting import color, figure, save
+    from ..plotting import color, engines_of, figure, save
 
-    fig, axes = figure(ctx, TITLE, ncols=3, width=5.0)
+    fig, axes = figure(ctx, TITLE, ncols=3, width=5.0, engines=engines_of(records))
     host = any(r.get("target") == "host" for r in records)
     unit = "host process" if host else "GPU"
     loads = [r for r in records if r.get("kind") == "load" and r.get("status") == "ok"

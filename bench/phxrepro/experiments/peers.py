@@ -250,11 +250,12 @@ def manifest_extra(records: list[dict]) -> dict:
 
 
 def plot(records, ctx, png) -> None:
-    from ..plotting import figure, save
+    from ..plotting import engines_of, figure, save
 
     rows = [r for r in records if r.get("kind") == "summary"]
     sets = list(dict.fromkeys(r["fileset"] for r in rows)) or ["(none)"]
-    fig, axes = figure(ctx, TITLE, ncols=2, nrows=len(sets), width=7.0)
+    fig, axes = figure(ctx, TITLE, ncols=2, nrows=len(sets), width=7.0,
+                       engines=engines_of(records))
     for i, fs in enumerate(sets):
         for ax, cache in zip(axes[i], ("warm", "cold")):
             sel = [r for r in rows if r["fileset"] == fs and r["cache"] == cache]
