@@ -20,6 +20,7 @@
 #include <linux/kref.h>
 #include <linux/memremap.h>
 #include <linux/mutex.h>
+#include <linux/path.h>
 #include <linux/pci.h>
 #include <linux/wait.h>
 #include <linux/workqueue.h>
@@ -94,6 +95,8 @@ struct phxfs_dev {
 struct phxfs_file {
 	struct phxfs_dev *dev;
 	struct address_space *mapping;
+	/* The node it was opened through; the file holds it. */
+	struct path path;
 	/* Protects regs. */
 	struct mutex lock;
 	/* Registrations keyed by handle (= first mmap page offset). */
@@ -110,7 +113,9 @@ enum phxfs_reg_state {
 struct phxfs_reg {
 	struct kref ref;
 	struct phxfs_dev *dev;
+	/* Held (ihold) until the registration is freed; so is @path. */
 	struct address_space *mapping;
+	struct path path;
 	u64 handle;
 	u64 device_addr;
 	u64 length;

@@ -29,6 +29,7 @@ static int phxfs_open(struct inode *inode, struct file *file)
 		return -ENOMEM;
 	pf->dev = dev;
 	pf->mapping = file->f_mapping;
+	pf->path = file->f_path;
 	mutex_init(&pf->lock);
 	xa_init(&pf->regs);
 	file->private_data = pf;

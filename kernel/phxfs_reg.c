@@ -46,6 +46,8 @@ static void phxfs_reg_free(struct kref *ref)
 		mmdrop(reg->owner_mm);
 	if (reg->mapping)
 		iput(reg->mapping->host);
+	if (reg->path.dentry)
+		path_put(&reg->path);
 	kvfree(reg->pages);
 	kfree(reg);
 }
@@ -364,9 +366,13 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 	 * The teardown can outlive the file and the node it was opened
 	 * through (pages a pipe holds), and a free callback that finds it
 	 * under way zaps through this mapping, which the node's inode holds.
+	 * The path keeps the node's filesystem mounted meanwhile: an inode
+	 * held past its unmount would outlive its superblock.
 	 */
 	reg->mapping = pf->mapping;
 	ihold(reg->mapping->host);
+	reg->path = pf->path;
+	path_get(&reg->path);
 	reg->device_addr = device_addr;
 	reg->length = length;
 	reg->npages = length >> PAGE_SHIFT;

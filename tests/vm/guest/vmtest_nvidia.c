@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -491,15 +492,19 @@ static int t_legacy_free_after_node_gone(char *detail, size_t len) {
   struct iovec iov;
   struct stat st;
   unsigned char *map, *victim[VICTIMS];
-  char node[64];
+  char fs[64], node[80];
   ssize_t spliced;
   cpu_set_t all_cpus;
   off_t off;
-  int fd, probe, fds[2], tuned, ret, i, lost = 0, victim_fd[VICTIMS];
+  int fd, probe, fds[2], tuned, ret, i, lost = 0, victim_fd[VICTIMS], busy, busy_errno;
 
-  snprintf(node, sizeof(node), "/tmp/phxfs-node-%d", (int)getpid());
+  /* The node on a filesystem of its own, to see whether it can be unmounted. */
+  snprintf(fs, sizeof(fs), "/tmp/phxfs-nodefs-%d", (int)getpid());
+  snprintf(node, sizeof(node), "%s/node", fs);
   EXPECT(!sched_getaffinity(0, sizeof(all_cpus), &all_cpus), "affinity");
   EXPECT(!stat(PHXFS_DEVICE_PREFIX "0", &st) && !emu_stats(&before), "setup");
+  EXPECT(!mkdir(fs, 0700) && !mount("tmpfs", fs, "tmpfs", 0, "size=1m"), "mount tmpfs on %s: %s",
+         fs, strerror(errno));
   EXPECT(!mknod(node, S_IFCHR | 0600, st.st_rdev), "mknod %s: %s", node, strerror(errno));
   fd = open(node, O_RDWR | O_CLOEXEC);
   unlink(node);
@@ -518,6 +523,7 @@ static int t_legacy_free_after_node_gone(char *detail, size_t len) {
     set_revoke_wait_ms(5000);
     EXPECT(!munmap(map, size) && !phx_deregister(fd, r.handle) && !emu_free(a.va), "teardown");
     close(fd);
+    EXPECT(!umount(fs) && !rmdir(fs), "umount %s: %s", fs, strerror(errno));
     snprintf(detail, len,
              "vmsplice cannot hold P2PDMA pages on this kernel (EREMOTEIO): no teardown "
              "outlives its file here");
@@ -527,6 +533,12 @@ static int t_legacy_free_after_node_gone(char *detail, size_t len) {
   /* The last close: its teardown gives up waiting on the pipe's pages. */
   EXPECT(!munmap(map, size), "munmap");
   close(fd);
+  /*
+   * The teardown under way holds the node's filesystem, as an open file
+   * would: an inode it held past the unmount would outlive its superblock.
+   */
+  busy = umount(fs);
+  busy_errno = errno;
   /*
    * The node's inode is freed after an RCU grace period.  Inode slabs keep
    * their constructed state when freed (no poisoning), so a zap through
@@ -576,6 +588,10 @@ static int t_legacy_free_after_node_gone(char *detail, size_t len) {
   }
   usleep(100000);
   close(probe);
+  EXPECT(busy && busy_errno == EBUSY,
+         "unmounting the node's filesystem while the teardown held it: %s, want EBUSY",
+         busy ? strerror(busy_errno) : "succeeded");
+  EXPECT(!umount(fs) && !rmdir(fs), "umount %s once the teardown ended: %s", fs, strerror(errno));
   EXPECT(!info.regs_live && !info.pages_mapped, "regs_live %llu pages_mapped %llu",
          (unsigned long long)info.regs_live, (unsigned long long)info.pages_mapped);
   EXPECT(!emu_stats(&after) && after.pins_live == before.pins_live &&
@@ -584,7 +600,7 @@ static int t_legacy_free_after_node_gone(char *detail, size_t len) {
          (unsigned long long)after.callbacks);
   snprintf(detail, len,
            "cudaFree after the node and its last file were gone, a pipe holding the pages: "
-           "returned, nothing left");
+           "returned, nothing left; the node's filesystem stayed busy until then");
   return 0;
 }
 
