@@ -382,6 +382,44 @@ static void *timed_free(void *p) {
   return NULL;
 }
 
+/* An emulated allocation registered, mapped, filled and vmsplice'd into a pipe. */
+struct piped {
+  struct nvemu_alloc a;
+  struct phxfs_register r;
+  unsigned char *map;
+  int fds[2];
+};
+
+/*
+ * Registers @size bytes of a new allocation through @fd, maps and fills
+ * them and vmsplices them into a new pipe, which holds page references for
+ * as long as it is open.  Returns 0 then; 1 when this kernel refuses
+ * (CONFIG_PCI_P2PDMA: GUP without FOLL_PCI_P2PDMA refuses P2P pages,
+ * EREMOTEIO), everything undone; -1 on failure.
+ */
+static int register_held_by_pipe(int fd, uint64_t size, unsigned char fill, struct piped *p,
+                                 char *detail, size_t len) {
+  struct iovec iov;
+  ssize_t spliced;
+
+  EXPECT(!emu_alloc(size, 0, &p->a) && !phx_register(fd, p->a.va, size, &p->r), "alloc+register");
+  p->map = phx_map(fd, &p->r);
+  EXPECT(p->map, "map");
+  memset(p->map, fill, size);
+  EXPECT(!pipe(p->fds), "pipe");
+  iov = (struct iovec){p->map, size};
+  spliced = vmsplice(p->fds[1], &iov, 1, 0);
+  if (spliced < 0 && errno == EREMOTEIO) {
+    close(p->fds[0]);
+    close(p->fds[1]);
+    EXPECT(!munmap(p->map, size) && !phx_deregister(fd, p->r.handle) && !emu_free(p->a.va),
+           "teardown");
+    return 1;
+  }
+  EXPECT(spliced == (ssize_t)size, "vmsplice: %s", strerror(errno));
+  return 0;
+}
+
 /*
  * User space can hold page references for as long as it likes (here a
  * vmsplice'd pipe; io_uring fixed buffers alike).  cudaFree's free callback
@@ -392,46 +430,33 @@ static int t_legacy_free_vs_vmsplice(char *detail, size_t len) {
   const uint64_t size = 64 * KiB;
   struct timed_free t = {0};
   struct nvemu_stats before, after;
-  struct phxfs_register r;
   struct phxfs_info info;
-  struct nvemu_alloc a;
-  struct iovec iov;
-  unsigned char *map;
+  struct piped p;
   double waited;
-  ssize_t spliced;
-  int fd = phx_open_dev(0), fds[2], tuned, wedged, sig, i;
+  int fd = phx_open_dev(0), tuned, held, wedged, sig, i;
   pthread_t th;
 
   EXPECT(fd >= 0 && !emu_stats(&before), "setup");
   tuned = set_revoke_wait_ms(1000);
-  EXPECT(!emu_alloc(size, 0, &a) && !phx_register(fd, a.va, size, &r), "alloc+register");
-  map = phx_map(fd, &r);
-  EXPECT(map, "map");
-  memset(map, 0x7e, size);
-  EXPECT(!pipe(fds), "pipe");
-  iov = (struct iovec){map, size};
-  spliced = vmsplice(fds[1], &iov, 1, 0);
-  if (spliced < 0 && errno == EREMOTEIO) {
-    /* CONFIG_PCI_P2PDMA: GUP without FOLL_PCI_P2PDMA refuses P2P pages. */
-    close(fds[0]);
-    close(fds[1]);
+  held = register_held_by_pipe(fd, size, 0x7e, &p, detail, len);
+  if (held) {
     set_revoke_wait_ms(5000);
-    EXPECT(!munmap(map, size) && !phx_deregister(fd, r.handle) && !emu_free(a.va), "teardown");
     close(fd);
+    if (held < 0)
+      return -1;
     snprintf(detail, len,
              "vmsplice cannot hold P2PDMA pages on this kernel (EREMOTEIO): "
              "user space has no such hold on the free callback");
     return 1;
   }
-  EXPECT(spliced == (ssize_t)size, "vmsplice: %s", strerror(errno));
-  t.va = a.va;
+  t.va = p.a.va;
   EXPECT(!pthread_create(&th, NULL, timed_free, &t), "thread");
   for (i = 0; i < 300 && !t.done; i++)
     usleep(50000);
   wedged = !t.done;
   waited = (double)i * 0.05;
-  close(fds[0]);
-  close(fds[1]);
+  close(p.fds[0]);
+  close(p.fds[1]);
   pthread_join(th, NULL);
   set_revoke_wait_ms(5000);
   EXPECT(!wedged,
@@ -440,9 +465,9 @@ static int t_legacy_free_vs_vmsplice(char *detail, size_t len) {
   EXPECT(!tuned, "set revoke_wait_ms: %s", strerror(-tuned));
   EXPECT(!t.ret, "cudaFree: %s", strerror(-t.ret));
   EXPECT(t.seconds >= 0.9 && t.seconds < 5, "cudaFree took %.2f s, want the 1 s bound", t.seconds);
-  sig = touch_signal(map);
+  sig = touch_signal(p.map);
   EXPECT(sig == SIGBUS, "touching freed GPU memory gave signal %d", sig);
-  EXPECT(!phx_deregister(fd, r.handle) && !munmap(map, size), "teardown");
+  EXPECT(!phx_deregister(fd, p.r.handle) && !munmap(p.map, size), "teardown");
   for (i = 0; i < 100; i++) {
     EXPECT(!phx_get_info(fd, &info), "info");
     if (!info.regs_live)
@@ -486,17 +511,14 @@ static size_t first_diff_byte(const unsigned char *p, unsigned char want, size_t
 static int t_legacy_free_after_node_gone(char *detail, size_t len) {
   const uint64_t size = 64 * KiB;
   struct nvemu_stats before, after;
-  struct phxfs_register r;
   struct phxfs_info info;
-  struct nvemu_alloc a;
-  struct iovec iov;
+  struct piped p;
   struct stat st;
-  unsigned char *map, *victim[VICTIMS];
+  unsigned char *victim[VICTIMS];
   char fs[64], node[80];
-  ssize_t spliced;
   cpu_set_t all_cpus;
   off_t off;
-  int fd, probe, fds[2], tuned, ret, i, lost = 0, victim_fd[VICTIMS], busy, busy_errno;
+  int fd, probe, tuned, held, ret, i, lost = 0, victim_fd[VICTIMS], busy, busy_errno;
 
   /* The node on a filesystem of its own, to see whether it can be unmounted. */
   snprintf(fs, sizeof(fs), "/tmp/phxfs-nodefs-%d", (int)getpid());
@@ -510,28 +532,20 @@ static int t_legacy_free_after_node_gone(char *detail, size_t len) {
   unlink(node);
   EXPECT(fd >= 0, "open %s: %s", node, strerror(errno));
   tuned = set_revoke_wait_ms(1000);
-  EXPECT(!emu_alloc(size, 0, &a) && !phx_register(fd, a.va, size, &r), "alloc+register");
-  map = phx_map(fd, &r);
-  EXPECT(map, "map");
-  memset(map, 0x5a, size);
-  EXPECT(!pipe(fds), "pipe");
-  iov = (struct iovec){map, size};
-  spliced = vmsplice(fds[1], &iov, 1, 0);
-  if (spliced < 0 && errno == EREMOTEIO) {
-    close(fds[0]);
-    close(fds[1]);
+  held = register_held_by_pipe(fd, size, 0x5a, &p, detail, len);
+  if (held) {
     set_revoke_wait_ms(5000);
-    EXPECT(!munmap(map, size) && !phx_deregister(fd, r.handle) && !emu_free(a.va), "teardown");
     close(fd);
+    if (held < 0)
+      return -1;
     EXPECT(!umount(fs) && !rmdir(fs), "umount %s: %s", fs, strerror(errno));
     snprintf(detail, len,
              "vmsplice cannot hold P2PDMA pages on this kernel (EREMOTEIO): no teardown "
              "outlives its file here");
     return 1;
   }
-  EXPECT(spliced == (ssize_t)size, "vmsplice: %s", strerror(errno));
   /* The last close: its teardown gives up waiting on the pipe's pages. */
-  EXPECT(!munmap(map, size), "munmap");
+  EXPECT(!munmap(p.map, size), "munmap");
   close(fd);
   /*
    * The teardown under way holds the node's filesystem, as an open file
@@ -547,7 +561,7 @@ static int t_legacy_free_after_node_gone(char *detail, size_t len) {
    * range then lose their writes.
    */
   usleep(300000);
-  off = (off_t)r.handle * (off_t)getpagesize();
+  off = (off_t)p.r.handle * (off_t)getpagesize();
   for (i = 0; i < VICTIMS; i++) {
     cpu_set_t cpus;
 
@@ -561,7 +575,7 @@ static int t_legacy_free_after_node_gone(char *detail, size_t len) {
     EXPECT(victim[i] != MAP_FAILED, "mmap tmpfile: %s", strerror(errno));
     memset(victim[i], 0xa5, (size_t)size);
   }
-  ret = emu_free(a.va);
+  ret = emu_free(p.a.va);
   sched_setaffinity(0, sizeof(all_cpus), &all_cpus);
   for (i = 0; i < VICTIMS; i++) {
     if (first_diff_byte(victim[i], 0xa5, (size_t)size) != (size_t)size)
@@ -569,8 +583,8 @@ static int t_legacy_free_after_node_gone(char *detail, size_t len) {
     munmap(victim[i], (size_t)size);
     close(victim_fd[i]);
   }
-  close(fds[0]);
-  close(fds[1]);
+  close(p.fds[0]);
+  close(p.fds[1]);
   set_revoke_wait_ms(5000);
   EXPECT(!lost,
          "%d of %d other files' private pages lost their writes to the free callback's zap "
