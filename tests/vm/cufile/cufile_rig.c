@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/personality.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -100,7 +101,43 @@ static void rig_evidence(const void *device, size_t size, const char *path, size
 
 static int global_in_image; /* static, non-PIE: its address is a small number */
 
-int main(void) {
+/* x86-64 starts a static executable's heap anywhere in the GiB above its
+ * image (arch_randomize_brk), so in one run out of a few hundred the heap
+ * covered the BAR offsets this test uses as device pointers, and the shim
+ * rightly refused them as host memory.  Without randomization the heap
+ * follows the image, some 6 MiB up, far below 121 MiB. */
+static void run_without_address_randomization(char **argv) {
+  const int persona = personality(0xffffffff);
+  if (persona == -1 || (persona & ADDR_NO_RANDOMIZE) != 0) {
+    return;
+  }
+  if (personality((unsigned long)persona | ADDR_NO_RANDOMIZE) == -1) {
+    perror("personality(ADDR_NO_RANDOMIZE)");
+    return;
+  }
+  execv("/proc/self/exe", argv);
+  perror("re-exec without address randomization");
+}
+
+/* Whether this process maps any byte of [lo, hi). */
+static int mapped_between(uint64_t lo, uint64_t hi) {
+  FILE *maps = fopen("/proc/self/maps", "r");
+  unsigned long long start = 0;
+  unsigned long long end = 0;
+  int found = 0;
+  char line[512];
+  while (maps != NULL && !found && fgets(line, sizeof(line), maps) != NULL) {
+    found = sscanf(line, "%llx-%llx", &start, &end) == 2 && start < hi && end > lo;
+  }
+  if (maps != NULL) {
+    fclose(maps);
+  }
+  return found;
+}
+
+int main(int argc, char **argv) {
+  (void)argc;
+  run_without_address_randomization(argv);
   vm_report_open();
   ext4 = getenv("PHX_EXT4_DIR");
   if (ext4 == NULL) {
@@ -119,6 +156,13 @@ int main(void) {
   if (node < 0 || phx_get_info(node, &info) != 0 || info.provider != PHXFS_PROVIDER_PCIBAR ||
       info.bar_size < 128 * MiB) {
     fprintf(stderr, "/dev/phxfs_dev0 is not a PCI BAR device of 128 MiB or more\n");
+    return 1;
+  }
+  if (mapped_between(RIG_BUFFER_A, 128 * MiB) ||
+      mapped_between(info.bar_size - 4096, info.bar_size)) {
+    fprintf(stderr,
+            "test setup failed: this process maps memory at the BAR offsets it uses as "
+            "device pointers ([121, 128) MiB and the BAR's last page)\n");
     return 1;
   }
   /* Host memory the shim must refuse: a page mapped high (outside the
