@@ -218,10 +218,11 @@ std::size_t slot_size(std::size_t span, std::size_t chunk, std::size_t block) no
 // How often an idle worker (or a submitter waiting for staging) looks at
 // the reads waiting for their streams, and how many it looks at each time.
 constexpr auto kReapPoll = std::chrono::microseconds(20);
-// An idle worker that finds nothing finished looks half as often each time,
-// down to this: a stream held up for long (a long kernel before its copies,
-// a wait on an event recorded late) then costs a thousand wake-ups a
-// second, not fifty thousand.  A read deferred meanwhile starts it over.
+// An idle worker (or a waiting submitter) that finds nothing finished
+// looks half as often each time, down to this: a stream held up for long (a
+// long kernel before its copies, a wait on an event recorded late) then
+// costs a thousand wake-ups a second, not fifty thousand.  A read deferred
+// meanwhile starts the worker's over.
 constexpr auto kReapPollMax = std::chrono::microseconds(1000);
 constexpr std::size_t kReapBatch = 64;
 // Idle staging is freed after this long without work, when no op is running.
@@ -315,6 +316,7 @@ struct StreamIo::Core {
   std::size_t free_bytes = 0;
   std::size_t peak = 0;
   std::size_t waits = 0;
+  std::size_t staging_wait_polls = 0;
   std::size_t leaked = 0;
   std::uint64_t next_ticket = 0;
   std::uint64_t serving = 0;
@@ -820,12 +822,15 @@ std::vector<std::unique_ptr<StagingSlot>> StreamIo::Core::take_slots(std::size_t
     if (serving != ticket || !fits()) {
       ++waits;
       // Slots come back as workers reap; while every worker is busy, this
-      // thread reaps too.
-      while (
-          !staging_changed.wait_for(lock, kReapPoll, [&] { return serving == ticket && fits(); })) {
+      // thread reaps too, less often the longer nothing comes back (a
+      // stream held up for seconds is not looked at 50,000 times a second).
+      auto wait = kReapPoll;
+      while (!staging_changed.wait_for(lock, wait, [&] { return serving == ticket && fits(); })) {
+        ++staging_wait_polls;
         lock.unlock();
-        (void)reap();
+        const std::size_t reaped = reap();
         lock.lock();
+        wait = reaped == 0 ? std::min(wait * 2, kReapPollMax) : kReapPoll;
       }
     }
     // Idle slots of the same size first; then idle slots of other sizes
@@ -1179,6 +1184,7 @@ StreamIoStats StreamIo::Core::stats() const {
   s.staging_held = held;
   s.staging_peak = peak;
   s.staging_waits = waits;
+  s.staging_wait_polls = staging_wait_polls;
   s.staging_leaked = leaked;
   s.reap_polls = reap_polls;
   return s;

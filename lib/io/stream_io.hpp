@@ -62,13 +62,14 @@ struct StreamLimits {
 
 /// Counters for tests and diagnostics.
 struct StreamIoStats {
-  std::size_t threads_created = 0;  ///< workers ever started
-  std::size_t threads_live = 0;     ///< workers not yet exited
-  std::size_t staging_held = 0;     ///< pinned staging bytes owned now
-  std::size_t staging_peak = 0;     ///< the most staging_held has been
-  std::size_t staging_waits = 0;    ///< submits that waited for staging
-  std::size_t staging_leaked = 0;   ///< given up after a failed CUDA call
-  std::size_t reap_polls = 0;       ///< idle workers' looks at reads waiting for streams
+  std::size_t threads_created = 0;     ///< workers ever started
+  std::size_t threads_live = 0;        ///< workers not yet exited
+  std::size_t staging_held = 0;        ///< pinned staging bytes owned now
+  std::size_t staging_peak = 0;        ///< the most staging_held has been
+  std::size_t staging_waits = 0;       ///< submits that waited for staging
+  std::size_t staging_wait_polls = 0;  ///< their looks at reads waiting for streams
+  std::size_t staging_leaked = 0;      ///< given up after a failed CUDA call
+  std::size_t reap_polls = 0;          ///< idle workers' looks at reads waiting for streams
 };
 
 struct StreamRequest {

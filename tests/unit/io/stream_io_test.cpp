@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -414,6 +415,47 @@ TEST_F(StreamIoTest, AHeldStreamIsLookedAtLessAndLessOften) {
   // About 300 looks at the 1 ms floor.
   EXPECT_GT(polls, 0U) << "nobody looked for the held read's copy";
   EXPECT_LT(polls, 1000U) << "an idle worker looked " << polls << " times in 300 ms";
+  EXPECT_EQ(io.stats().staging_leaked, 0U);
+}
+
+// A submit that waits for staging held by a read behind a held stream
+// looks for the slot less and less often too.
+TEST_F(StreamIoTest, ASubmitWaitingForStagingLooksLessAndLessOften) {
+  constexpr std::size_t kSize = 4 * kKiB;
+  write_pattern_file(dir_ / "in", 2 * kSize, kSeed);
+  CompatTarget t(dir_ / "in", 2 * kSize);
+  const FakeStream held;
+  const StreamGate gate;
+  gate.hold(held);
+  std::array<ssize_t, 2> done{-7, -7};
+  // One 64 KiB slot: the second read waits until the first one's copy ran.
+  detail::StreamIo io(t.device->id(),
+                      detail::StreamLimits{.workers = 1, .staging_bytes = 64 * kKiB});
+  io.submit(
+      request(detail::Direction::read, t.in.get(), t.device, t.mapping, 0, kSize, 0, &done[0]),
+      held.get());
+  std::thread second([&] {
+    io.submit(request(detail::Direction::read, t.in.get(), t.device, t.mapping, kSize, kSize, kSize,
+                      &done[1]),
+              held.get());
+  });
+  ASSERT_TRUE(eventually([&] { return io.stats().staging_wait_polls > 0; }));
+  const std::size_t before = io.stats().staging_wait_polls;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const std::size_t polls = io.stats().staging_wait_polls - before;
+  gate.open();
+  second.join();
+  held.synchronize();
+  for (std::size_t i = 0; i < done.size(); ++i) {
+    EXPECT_EQ(std::atomic_ref<ssize_t>(done[i]).load(), static_cast<ssize_t>(kSize))
+        << "read " << i;
+  }
+  const auto after = t.mem.download();
+  const auto found = find_mismatch({after.data(), 2 * kSize}, kSeed, 0);
+  EXPECT_FALSE(found.has_value()) << "byte " << *found;
+  EXPECT_EQ(io.stats().staging_waits, 1U);
+  // About 300 looks at the 1 ms floor; thousands without the back-off.
+  EXPECT_LT(polls, 1000U) << "a waiting submit looked " << polls << " times in 300 ms";
   EXPECT_EQ(io.stats().staging_leaked, 0U);
 }
 
