@@ -16,19 +16,25 @@ import unittest
 
 from bench_args import folders, have
 
-REPO, _ = folders()
+REPO, BUILD = folders(build=True)
 
 from phxrepro import checkpoint  # noqa: E402
 from phxrepro.peers import loaders, pagecache, schedule, verify  # noqa: E402
 
 
 
-def worker(job: dict) -> list[dict]:
-    env = dict(os.environ, PYTHONPATH=str(REPO / "bench"))
+def worker(job: dict, stdin: str | None = None) -> list[dict]:
+    # The build's phoenix_gds, as bench/reproduce hands it to its workers.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "bench"),
+                                                       str(BUILD / "python")]))
     proc = subprocess.run([sys.executable, "-m", "phxrepro.peers.worker", json.dumps(job)],
-                          capture_output=True, text=True, env=env, timeout=300, check=False)
+                          input=stdin, capture_output=True, text=True, env=env, timeout=300,
+                          check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+HAVE_MODULE = any((BUILD / "python" / "phoenix_gds").glob("_phoenix*.so"))
 
 
 class Tiny(unittest.TestCase):
@@ -183,6 +189,34 @@ class Worker(Tiny):
         recs = worker({"loader": "safetensors", "files": [str(self.path)], "cache": "warm",
                        "device": "cpu"})
         self.assertEqual({(r["status"], r["verified"]) for r in recs}, {("ok", True)})
+
+
+@unittest.skipUnless(HAVE_MODULE and have("numpy"), "needs the build's phoenix_gds, numpy")
+class EnginesRecorded(Tiny):
+    """The one-line call keeps no stats object, yet its records, alone or
+    N at once, name the engine it loaded with (the host engine on "cpu")."""
+
+    def job(self, **more) -> dict:
+        return {"loader": "phoenix", "files": [str(self.path)], "device": "cpu", **more}
+
+    def expect_host_engine(self, recs: list[dict]) -> None:
+        self.assertTrue(recs)
+        for r in recs:
+            self.assertEqual(r.get("engines"), {"0": "host"}, r)
+            # Compared with safetensors' own load where it is installed.
+            self.assertEqual(r["status"], "ok" if have("safetensors") else "failed", r)
+
+    def test_one_load(self):
+        self.expect_host_engine(worker(self.job(cache="warm")))
+
+    def test_loads_from_threads(self):
+        for how in ("threads", "sequential"):
+            self.expect_host_engine(worker(self.job(mode="concurrent", n=2, how=how)))
+
+    def test_a_member_process(self):
+        recs = worker(self.job(mode="member"), stdin="go\n")
+        self.assertEqual(recs[0], {"ready": True})
+        self.expect_host_engine(recs[1:])
 
 
 @unittest.skipUnless(have("matplotlib"), "bench/reproduce needs matplotlib")

@@ -68,8 +68,10 @@ def member_results(ctx, job: dict, n: int, together: bool, timeout: float) -> di
         wall = max(e for _, e in spans) - go if together else sum(loads)
         errors = [d.get("error") or d.get("verify_detail") for d in done
                   if d.get("status") != "ok"]
+        engines = {k: v for d in done for k, v in (d.get("engines") or {}).items()}
         return {"status": "ok" if not errors else ("failed" if all(
                     d.get("status") in ("ok", "failed") for d in done) else "error"),
+                **({"engines": engines} if engines else {}),
                 "wall_seconds": wall, "load_seconds": loads,
                 "verified": not errors, **({"error": "; ".join(map(str, errors))[:600]}
                                             if errors else {})}

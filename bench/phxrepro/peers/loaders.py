@@ -87,6 +87,12 @@ class Phoenix(Peer):
         return self.mods["phoenix_gds"].load_safetensors(
             self.files, device=self.device, framework=self.options.get("framework", "torch"))
 
+    def extra(self) -> dict:
+        # The one-line call keeps no stats: it takes the engine auto picks
+        # for the device, which engine_for names (keyed as Loader.stats is).
+        index = self.device.partition(":")[2] or "0"
+        return {"engines": {index: self.mods["phoenix_gds"].engine_for(self.device)}}
+
 
 class PhoenixLoader(Peer):
     name = "phoenix-loader"

@@ -115,6 +115,15 @@ def reference(files, framework: str) -> dict:
     return out
 
 
+def reference_or_why(files, framework: str) -> tuple[dict | None, str]:
+    """(reference(), "") or (None, why there is none): a missing
+    safetensors makes records that say so, not a worker that dies."""
+    try:
+        return reference(files, framework), ""
+    except Exception as exc:  # noqa: BLE001
+        return None, f"{type(exc).__name__}: {exc}"[:300]
+
+
 def check(peer, result, files, ref, ref_error: str) -> tuple[bool, str]:
     if peer.kind == "tensor":
         if ref is None:
@@ -160,12 +169,8 @@ def run_load(job: dict, emit) -> None:
     except Exception as exc:  # noqa: BLE001
         return fail_all("error", f"setup: {type(exc).__name__}: {exc}"[:600])
 
-    ref, ref_error = None, ""
-    if peer.kind == "tensor" and job.get("verify", True):
-        try:
-            ref = reference(files, framework)
-        except Exception as exc:  # noqa: BLE001
-            ref_error = f"{type(exc).__name__}: {exc}"[:300]
+    ref, ref_error = (None, "") if peer.kind != "tensor" or not job.get("verify", True) \
+        else reference_or_why(files, framework)
     if cache == "warm":
         pagecache.prime(files)
         base["resident_before"] = pagecache.resident_fraction(files)
@@ -242,6 +247,17 @@ def run_load(job: dict, emit) -> None:
     peer.close()
 
 
+def engines_of(peers) -> dict:
+    """{"engines": {device: engine}} that @peers' loads used, where they say."""
+    engines: dict = {}
+    for peer in peers:
+        try:
+            engines.update(peer.extra().get("engines") or {})
+        except Exception:  # noqa: BLE001 - a record without engines, not a lost one
+            pass
+    return {"engines": engines} if engines else {}
+
+
 def run_concurrent(job: dict, emit) -> None:
     """N loads of the one-line call in one fresh process: one after another
     ("sequential") or from N threads released together ("threads")."""
@@ -263,7 +279,7 @@ def run_concurrent(job: dict, emit) -> None:
             p.load_module()
     except Exception as exc:  # noqa: BLE001
         return emit({**base, "status": "unavailable", "error": f"import: {exc}"[:600]})
-    ref = reference(files, framework)
+    ref, ref_error = reference_or_why(files, framework)
     pagecache.prime(files)
     results: list = [None] * n
     spans: list = [None] * n
@@ -294,13 +310,14 @@ def run_concurrent(job: dict, emit) -> None:
         for i in range(n):
             one(i, None)
     wall = time.perf_counter() - start
-    checks = [verify.compare_tensors(r, ref) if r is not None else (False, "no result")
-              for r in results]
+    checks = [check(p, r, files, ref, ref_error) if r is not None else (False, "no result")
+              for p, r in zip(peers, results)]
     bad = [f"load {i}: {d}" for i, (ok, d) in enumerate(checks) if not ok]
     rec = {**base, "wall_seconds": wall,
            "load_seconds": [None if s is None else s[1] - s[0] for s in spans],
            "aggregate_gbps": n * base["bytes_each"] / wall / 1e9,
-           "verified": not bad and not errors, "cuda_init_seconds": cuda.init_seconds}
+           "verified": not bad and not errors, "cuda_init_seconds": cuda.init_seconds,
+           **engines_of(peers)}
     if errors:
         rec.update(status="error", error="; ".join(errors)[:600])
     elif bad:
@@ -340,9 +357,9 @@ def run_member(job: dict, emit) -> None:
         emit({"status": "error", "error": f"{type(exc).__name__}: {exc}"[:600],
               "start": start, "end": time.monotonic()})
         return
-    ok, detail = verify.compare_tensors(result, reference(files, framework))
+    ok, detail = check(peer, result, files, *reference_or_why(files, framework))
     emit({"status": "ok" if ok else "failed", "verified": ok, "verify_detail": detail,
-          "start": start, "end": end, "pid": os.getpid()})
+          "start": start, "end": end, "pid": os.getpid(), **engines_of([peer])})
 
 
 def main() -> int:
