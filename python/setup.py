@@ -55,5 +55,6 @@ setup(
     ext_modules=[Extension("phoenix_gds._phoenix", sources=[])],
     cmdclass={"build_ext": CMakeBuild},
     python_requires=">=3.9",
+    license="MIT",
     zip_safe=False,
 )
