@@ -46,7 +46,10 @@ struct phxfs_reg;
  *             and the caller calls @unpin.
  * @unpin:     drops the pin taken by @pin.  Called once, after every user
  *             mapping is gone and the pages are idle, unless the provider
- *             revoked the registration itself.
+ *             revoked the registration itself.  A provider that cannot drop
+ *             it from the calling context may keep reg->pin, a reference to
+ *             @reg and a module reference, and drop them later through
+ *             phxfs_reg_put_later().
  */
 struct phxfs_provider {
 	const char *name;
@@ -140,6 +143,8 @@ struct phxfs_reg {
 	struct delayed_work finish;
 	/* Releases the claim of pages still referenced after a revocation. */
 	struct delayed_work unclaim;
+	/* Drops a provider's late reference (phxfs_reg_put_later()). */
+	struct delayed_work put_later;
 	/* Revoked with pages still referenced: live until unclaim has run. */
 	bool quarantined;
 	/*
@@ -159,17 +164,23 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 		     struct phxfs_reg **out);
 void phxfs_reg_publish(struct phxfs_file *pf, struct phxfs_reg *reg);
 void phxfs_reg_abandon(struct phxfs_file *pf, struct phxfs_reg *reg);
+/* A teardown's or revocation's wait that does not sleep at all. */
+#define PHXFS_NO_WAIT ULONG_MAX
 void phxfs_reg_teardown(struct phxfs_reg *reg, unsigned long wait);
 bool phxfs_reg_revoke_begin(struct phxfs_reg *reg, unsigned long timeout);
 void phxfs_reg_revoke_end(struct phxfs_reg *reg);
-void phxfs_reg_revoke_lost(struct phxfs_reg *reg, unsigned long timeout);
+bool phxfs_reg_revoke_lost(struct phxfs_reg *reg, unsigned long timeout);
 void phxfs_reg_put(struct phxfs_reg *reg);
+void phxfs_reg_put_later(struct phxfs_reg *reg);
 int phxfs_reg_mmap(struct phxfs_reg *reg, struct vm_area_struct *vma);
 int phxfs_reg_module_init(void);
 void phxfs_reg_module_exit(void);
 
 /* phxfs_file.c */
 extern const struct file_operations phxfs_fops;
+
+/* phxfs_nvidia.c */
+void phxfs_nv_module_exit(void);
 
 /* phxfs_main.c */
 struct phxfs_dev *phxfs_dev_get(unsigned int index);

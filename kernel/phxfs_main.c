@@ -405,6 +405,7 @@ static void __exit phxfs_exit(void)
 {
 	/* First: a deferred teardown may still be returning from its work. */
 	phxfs_reg_module_exit();
+	phxfs_nv_module_exit();
 	cdev_del(&phxfs_cdev);
 	phxfs_destroy_all();
 	class_destroy(phxfs_class);

@@ -28,6 +28,15 @@
  * and the late put_pages would unpin that new mapping.  phxfs_nv_put_lock
  * keeps phxfs's own get_pages out of that window.
  *
+ * The driver looks a legacy mapping up among those of the calling process
+ * (thread group): put_pages from any other, a kworker finishing a deferred
+ * teardown or a forked child's last close, finds none and returns 0 having
+ * freed nothing, and the free callback stays armed with our registration
+ * as its data.  So a legacy pin released outside its owner is parked
+ * instead: the registration, the pin and the symbol and module references
+ * stay until the callback, which cudaFree or the owner's exit brings, and
+ * the callback drops them.
+ *
  * The callback waits for DMA in flight at most revoke_wait_ms: a page
  * reference that outlives that was taken by user space (a vmsplice'd pipe,
  * io_uring fixed buffers), and waiting for it would let user space hang
@@ -39,6 +48,8 @@
 
 #include <linux/module.h>
 #include <linux/mutex.h>
+#include <linux/pid.h>
+#include <linux/sched.h>
 #include <linux/slab.h>
 #include <linux/spinlock.h>
 #include <linux/string.h>
@@ -65,9 +76,41 @@ module_param(revoke_wait_ms, uint, 0644);
 MODULE_PARM_DESC(revoke_wait_ms,
 		 "Longest wait of the legacy free callback for I/O on freed GPU memory, ms (default 5000)");
 
+/*
+ * The driver calls the free callbacks of one allocation one after the
+ * other (cudaFree, or a process's exit), and user space can hold pages of
+ * thousands of registrations of it: revoke_wait_ms is the budget of such a
+ * run, not of each callback.  Once a callback gave up waiting, later ones
+ * in the same thread group wait no more for revoke_wait_ms; other
+ * processes' callbacks still wait for their DMA in flight.
+ */
+static DEFINE_SPINLOCK(phxfs_nv_gave_up_lock);
+static struct pid *phxfs_nv_gave_up_by;
+static unsigned long phxfs_nv_gave_up_at;
+
 static unsigned long phxfs_nv_revoke_wait(void)
 {
-	return max(1UL, msecs_to_jiffies(READ_ONCE(revoke_wait_ms)));
+	unsigned long wait = max(1UL, msecs_to_jiffies(READ_ONCE(revoke_wait_ms)));
+	bool spent;
+
+	spin_lock(&phxfs_nv_gave_up_lock);
+	spent = phxfs_nv_gave_up_by == task_tgid(current) &&
+		time_before(jiffies, phxfs_nv_gave_up_at + wait);
+	spin_unlock(&phxfs_nv_gave_up_lock);
+	return spent ? PHXFS_NO_WAIT : wait;
+}
+
+/* A callback of this thread group stopped waiting for held pages. */
+static void phxfs_nv_gave_up(void)
+{
+	struct pid *old;
+
+	spin_lock(&phxfs_nv_gave_up_lock);
+	old = phxfs_nv_gave_up_by;
+	phxfs_nv_gave_up_by = get_pid(task_tgid(current));
+	phxfs_nv_gave_up_at = jiffies;
+	spin_unlock(&phxfs_nv_gave_up_lock);
+	put_pid(old);
 }
 
 enum phxfs_nv_api { PHXFS_NV_AUTO, PHXFS_NV_PERSISTENT, PHXFS_NV_LEGACY };
@@ -75,10 +118,23 @@ enum phxfs_nv_api { PHXFS_NV_AUTO, PHXFS_NV_PERSISTENT, PHXFS_NV_LEGACY };
 struct phxfs_nv_pin {
 	struct nvidia_p2p_page_table *table;
 	bool persistent;
+	/* Legacy: the thread group whose put_pages the driver honours. */
+	struct pid *owner;
 	/* Legacy: the free callback has taken the table (under lock). */
 	spinlock_t lock;
 	bool freed_by_callback;
+	/* Legacy: released outside @owner; the callback finishes it (under lock). */
+	bool parked;
 };
+
+/* phxfs_nv_release(): the pin was parked, the free callback releases it. */
+#define PHXFS_NV_PARKED 1
+
+static void phxfs_nv_pin_free(struct phxfs_nv_pin *pin)
+{
+	put_pid(pin->owner);
+	kfree(pin);
+}
 
 static enum phxfs_nv_api phxfs_nv_api(void)
 {
@@ -138,22 +194,34 @@ static void phxfs_nv_free_table(struct nvidia_p2p_page_table *table)
 }
 
 /*
- * The free callback found the teardown already under way: stop DMA, then
- * free the table, which the teardown's put_pages (if it gets that far)
- * will not.  Once the flag is set the teardown may free @pin and @reg, so
- * nothing here touches them after the unlock.
+ * The free callback found the teardown already under way, or over with the
+ * pin parked: stop DMA, then free the table, which the teardown's
+ * put_pages (if it gets that far) will not.  Once the flag is set the
+ * teardown may free @pin and @reg, so nothing here touches them after the
+ * unlock, unless the pin was parked: then the teardown is over and left
+ * them, with a reference to each, to this callback.
  */
 static void phxfs_nv_free_lost(struct phxfs_reg *reg,
 			       struct phxfs_nv_pin *pin)
 {
 	struct nvidia_p2p_page_table *table;
+	bool parked;
 
-	phxfs_reg_revoke_lost(reg, phxfs_nv_revoke_wait());
+	if (phxfs_reg_revoke_lost(reg, phxfs_nv_revoke_wait()))
+		phxfs_nv_gave_up();
 	spin_lock(&pin->lock);
 	table = pin->table;
 	pin->freed_by_callback = true;
+	parked = pin->parked;
 	spin_unlock(&pin->lock);
 	phxfs_nv_free_table(table);
+	if (!parked)
+		return;
+	reg->pin = NULL;
+	phxfs_nv_pin_free(pin);
+	symbol_put(nvidia_p2p_put_pages);
+	symbol_put(nvidia_p2p_get_pages);
+	phxfs_reg_put_later(reg);
 }
 
 static void phxfs_nv_free_callback(void *data)
@@ -165,14 +233,20 @@ static void phxfs_nv_free_callback(void *data)
 		phxfs_nv_free_lost(reg, pin);
 		return;
 	}
+	if (reg->quarantined)
+		phxfs_nv_gave_up();
 	phxfs_nv_free_table(pin->table);
 	reg->pin = NULL;
-	kfree(pin);
+	phxfs_nv_pin_free(pin);
 	symbol_put(nvidia_p2p_put_pages);
 	symbol_put(nvidia_p2p_get_pages);
 	phxfs_reg_revoke_end(reg);
 }
 
+/*
+ * Return: 0 or -errno once the pin is released; PHXFS_NV_PARKED when the
+ * free callback will release it (legacy, outside the owner's process).
+ */
 static int phxfs_nv_release(struct phxfs_reg *reg, struct phxfs_nv_pin *pin)
 {
 	int ret;
@@ -192,19 +266,27 @@ static int phxfs_nv_release(struct phxfs_reg *reg, struct phxfs_nv_pin *pin)
 		int (*put)(u64 token, u32 va_space, u64 va,
 			   struct nvidia_p2p_page_table *table) =
 			symbol_get(nvidia_p2p_put_pages);
-		bool freed;
+		bool freed, parked;
 
 		/*
 		 * A callback that fires after the check either finds us in
 		 * put_pages, which waits for it and then returns 0, or ends
 		 * before the call; the table it leaves behind cannot have been
 		 * handed to a new get_pages of ours, which waits for the lock.
+		 * A pin parked here is the callback's from the unlock on: the
+		 * references it drops are taken before.
 		 */
 		mutex_lock(&phxfs_nv_put_lock);
 		spin_lock(&pin->lock);
 		freed = pin->freed_by_callback;
+		parked = !freed && pin->owner != task_tgid(current);
+		if (parked) {
+			kref_get(&reg->ref);
+			__module_get(THIS_MODULE);
+			pin->parked = true;
+		}
 		spin_unlock(&pin->lock);
-		if (freed)
+		if (freed || parked)
 			ret = 0;
 		else
 			ret = put ? put(0, 0, reg->device_addr, pin->table) :
@@ -212,6 +294,8 @@ static int phxfs_nv_release(struct phxfs_reg *reg, struct phxfs_nv_pin *pin)
 		mutex_unlock(&phxfs_nv_put_lock);
 		if (put)
 			symbol_put(nvidia_p2p_put_pages);
+		if (parked)
+			return PHXFS_NV_PARKED;
 		/* The references taken at pin time. */
 		symbol_put(nvidia_p2p_put_pages);
 		symbol_put(nvidia_p2p_get_pages);
@@ -318,6 +402,8 @@ static int phxfs_nv_pin(struct phxfs_reg *reg)
 				if (ret) {
 					symbol_put(nvidia_p2p_put_pages);
 					symbol_put(nvidia_p2p_get_pages);
+				} else {
+					pin->owner = get_pid(task_tgid(current));
 				}
 			}
 		}
@@ -336,7 +422,7 @@ static int phxfs_nv_pin(struct phxfs_reg *reg)
 
 err_free:
 	reg->pin = NULL;
-	kfree(pin);
+	phxfs_nv_pin_free(pin);
 	return ret;
 }
 
@@ -348,13 +434,25 @@ static void phxfs_nv_unpin(struct phxfs_reg *reg)
 	if (!pin)
 		return;
 	ret = phxfs_nv_release(reg, pin);
+	if (ret == PHXFS_NV_PARKED)
+		return;
 	if (ret) {
 		atomic64_inc(&reg->dev->stats.errors);
 		pr_err_ratelimited("dev%u: releasing GPU range %#llx+%llu failed: %d\n",
 		       reg->dev->index, reg->device_addr, reg->length, ret);
 	}
 	reg->pin = NULL;
-	kfree(pin);
+	phxfs_nv_pin_free(pin);
+}
+
+/**
+ * phxfs_nv_module_exit() - drop what the provider keeps across
+ * registrations, at unload.
+ */
+void phxfs_nv_module_exit(void)
+{
+	put_pid(phxfs_nv_gave_up_by);
+	phxfs_nv_gave_up_by = NULL;
 }
 
 const struct phxfs_provider phxfs_nvidia_provider = {

@@ -31,6 +31,7 @@
 static struct workqueue_struct *phxfs_wq;
 
 static void phxfs_reg_unclaim_work(struct work_struct *work);
+static void phxfs_reg_put_later_work(struct work_struct *work);
 
 /* Longest sleep between two looks at a busy page's refcount. */
 #define PHXFS_IDLE_POLL_MAX (HZ / 10)
@@ -171,7 +172,8 @@ static bool phxfs_page_idle(struct page *page)
  * for long costs ten wake-ups a second, not thousands.
  *
  * Return: 0; -EINTR when @killable and the caller is being killed;
- * -ETIMEDOUT when @timeout jiffies (0: no limit) have passed.
+ * -ETIMEDOUT when @timeout jiffies (0: no limit) have passed, at once for
+ * PHXFS_NO_WAIT.
  */
 static int phxfs_reg_wait_pages(struct phxfs_reg *reg, unsigned long *cursor,
 				bool killable, unsigned long timeout)
@@ -185,7 +187,8 @@ static int phxfs_reg_wait_pages(struct phxfs_reg *reg, unsigned long *cursor,
 		struct page *page = reg->pages[*cursor];
 
 		while (!phxfs_page_idle(page)) {
-			if (timeout && time_after(jiffies, start + timeout))
+			if (timeout == PHXFS_NO_WAIT ||
+			    (timeout && time_after(jiffies, start + timeout)))
 				return -ETIMEDOUT;
 			if (!told && time_after(jiffies, start + 10 * HZ)) {
 				pr_info_ratelimited("dev%u: handle %llu: still waiting for I/O in flight on page %lu\n",
@@ -381,6 +384,7 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 	atomic_set(&reg->state, PHXFS_REG_GONE);
 	INIT_DELAYED_WORK(&reg->finish, phxfs_reg_finish_work);
 	INIT_DELAYED_WORK(&reg->unclaim, phxfs_reg_unclaim_work);
+	INIT_DELAYED_WORK(&reg->put_later, phxfs_reg_put_later_work);
 	reg->pages = kvcalloc(reg->npages, sizeof(*reg->pages),
 			      GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
 	if (!reg->pages) {
@@ -476,7 +480,7 @@ void phxfs_reg_abandon(struct phxfs_file *pf, struct phxfs_reg *reg)
  * from its table, then drop the table's reference.
  * @reg:  registration.
  * @wait: jiffies to wait at most for DMA in flight on the pages; 0: until
- *        it has finished.
+ *        it has finished; PHXFS_NO_WAIT: not at all.
  *
  * The wait also ends when the caller is killed.  Whatever it did not see
  * finish, a work item finishes once the pages are idle, holding a module
@@ -528,10 +532,36 @@ static void phxfs_reg_unclaim_work(struct work_struct *work)
 	module_put(THIS_MODULE);
 }
 
+static void phxfs_reg_put_later_work(struct work_struct *work)
+{
+	struct phxfs_reg *reg =
+		container_of(to_delayed_work(work), struct phxfs_reg, put_later);
+
+	phxfs_reg_put(reg);
+	/* As in phxfs_reg_finish_work(). */
+	module_put(THIS_MODULE);
+}
+
+/**
+ * phxfs_reg_put_later() - drop a reference to @reg and a module reference
+ * from phxfs's workqueue, for a provider's callback that holds both.
+ * @reg: registration.
+ *
+ * The callback is still running phxfs's code when it calls this; dropping
+ * the module reference itself would let rmmod free that code under its
+ * last instructions.  The work item waits a second first, long past the
+ * callback's return, and phxfs_exit() waits for the work item.
+ */
+void phxfs_reg_put_later(struct phxfs_reg *reg)
+{
+	queue_delayed_work(phxfs_wq, &reg->put_later, HZ);
+}
+
 /**
  * phxfs_reg_revoke_begin() - start a provider-initiated revocation.
  * @reg:     registration whose memory the provider is taking back.
- * @timeout: jiffies to wait for page references to drop.
+ * @timeout: jiffies to wait for page references to drop (PHXFS_NO_WAIT:
+ *           none).
  *
  * Zaps the user mapping and waits, at most @timeout, for DMA in flight
  * (not killable: the provider frees the memory as soon as we return).
@@ -555,9 +585,8 @@ bool phxfs_reg_revoke_begin(struct phxfs_reg *reg, unsigned long timeout)
 	phxfs_reg_zap(reg);
 	if (phxfs_reg_wait_pages(reg, &reg->idle_upto, false, timeout)) {
 		atomic64_inc(&reg->dev->stats.errors);
-		pr_warn_ratelimited("dev%u: handle %llu: page %lu still referenced %u ms after its memory was freed (vmsplice, io_uring fixed buffer?); kept from reuse until released\n",
-			reg->dev->index, reg->handle, reg->idle_upto,
-			jiffies_to_msecs(timeout));
+		pr_warn_ratelimited("dev%u: handle %llu: page %lu still referenced after its memory was freed (vmsplice, io_uring fixed buffer?); kept from reuse until released\n",
+			reg->dev->index, reg->handle, reg->idle_upto);
 		reg->quarantined = true;
 		kref_get(&reg->ref);
 		__module_get(THIS_MODULE);
@@ -579,22 +608,25 @@ bool phxfs_reg_revoke_begin(struct phxfs_reg *reg, unsigned long timeout)
  *           teardown keeps the pages claimed until they are idle.
  *
  * Does not use the teardown's resumable idle cursor: both may wait at once.
+ *
+ * Return: true if it stopped waiting with pages still referenced.
  */
-void phxfs_reg_revoke_lost(struct phxfs_reg *reg, unsigned long timeout)
+bool phxfs_reg_revoke_lost(struct phxfs_reg *reg, unsigned long timeout)
 {
 	unsigned long i = 0;
 
 	/* Never published (a create that failed): no mapping, no DMA. */
 	if (atomic_read(&reg->state) != PHXFS_REG_RELEASING)
-		return;
+		return false;
 	/* The teardown may not have zapped yet; a second zap is harmless. */
 	phxfs_reg_zap(reg);
 	if (phxfs_reg_wait_pages(reg, &i, false, timeout)) {
 		atomic64_inc(&reg->dev->stats.errors);
-		pr_warn_ratelimited("dev%u: handle %llu: page %lu still referenced %u ms after its memory was freed; its teardown keeps it from reuse\n",
-			reg->dev->index, reg->handle, i,
-			jiffies_to_msecs(timeout));
+		pr_warn_ratelimited("dev%u: handle %llu: page %lu still referenced after its memory was freed; its teardown keeps it from reuse\n",
+			reg->dev->index, reg->handle, i);
+		return true;
 	}
+	return false;
 }
 
 /**

@@ -365,6 +365,24 @@ static int set_revoke_wait_ms(unsigned int ms) {
   return fclose(f) ? -errno : 0;
 }
 
+/*
+ * Waits up to 10 s for the device behind @fd to have no live registration
+ * (work items finish teardowns in the background), then a little longer:
+ * the item that finished the last one may still be returning, and rmmod
+ * follows.  @info is the last GET_INFO.  Returns 0, or -1 if it failed.
+ */
+static int wait_no_regs_live(int fd, struct phxfs_info *info) {
+  for (int i = 0; i < 100; i++) {
+    if (phx_get_info(fd, info))
+      return -1;
+    if (!info->regs_live)
+      break;
+    usleep(100000);
+  }
+  usleep(100000);
+  return 0;
+}
+
 struct timed_free {
   uint64_t va;
   int ret;
@@ -468,14 +486,7 @@ static int t_legacy_free_vs_vmsplice(char *detail, size_t len) {
   sig = touch_signal(p.map);
   EXPECT(sig == SIGBUS, "touching freed GPU memory gave signal %d", sig);
   EXPECT(!phx_deregister(fd, p.r.handle) && !munmap(p.map, size), "teardown");
-  for (i = 0; i < 100; i++) {
-    EXPECT(!phx_get_info(fd, &info), "info");
-    if (!info.regs_live)
-      break;
-    usleep(100000);
-  }
-  /* The work item that freed the pages is returning: let it, before rmmod. */
-  usleep(100000);
+  EXPECT(!wait_no_regs_live(fd, &info), "info");
   EXPECT(!info.regs_live && !info.pages_mapped, "regs_live %llu pages_mapped %llu",
          (unsigned long long)info.regs_live, (unsigned long long)info.pages_mapped);
   EXPECT(!emu_stats(&after) && after.pins_live == before.pins_live &&
@@ -594,13 +605,7 @@ static int t_legacy_free_after_node_gone(char *detail, size_t len) {
   EXPECT(!ret, "cudaFree: %s", strerror(-ret));
   probe = phx_open_dev(0);
   EXPECT(probe >= 0, "open dev0");
-  for (i = 0; i < 100; i++) {
-    EXPECT(!phx_get_info(probe, &info), "info");
-    if (!info.regs_live)
-      break;
-    usleep(100000);
-  }
-  usleep(100000);
+  EXPECT(!wait_no_regs_live(probe, &info), "info");
   close(probe);
   EXPECT(busy && busy_errno == EBUSY,
          "unmounting the node's filesystem while the teardown held it: %s, want EBUSY",
@@ -615,6 +620,157 @@ static int t_legacy_free_after_node_gone(char *detail, size_t len) {
   snprintf(detail, len,
            "cudaFree after the node and its last file were gone, a pipe holding the pages: "
            "returned, nothing left; the node's filesystem stayed busy until then");
+  return 0;
+}
+
+/*
+ * The driver calls the free callbacks of one allocation one after the
+ * other.  With a page of each of many registrations held by user space,
+ * each callback's bounded wait must not add up: revoke_wait_ms bounds the
+ * whole cudaFree of this process, not each of its registrations.
+ */
+#define HELD_REGS 16
+
+static int t_legacy_free_vs_many_held(char *detail, size_t len) {
+  const uint64_t each = 64 * KiB;
+  struct nvemu_stats before, after;
+  struct nvemu_alloc a;
+  struct phxfs_register r[HELD_REGS];
+  unsigned char *map[HELD_REGS];
+  struct phxfs_info info;
+  struct iovec iov;
+  double start, took;
+  int fd = phx_open_dev(0), fds[2], tuned, i;
+
+  EXPECT(fd >= 0 && !emu_stats(&before), "setup");
+  EXPECT(!emu_alloc(HELD_REGS * each, 0, &a), "alloc");
+  EXPECT(!pipe(fds) && fcntl(fds[1], F_SETPIPE_SZ, (int)(HELD_REGS * each)) >= 0, "pipe: %s",
+         strerror(errno));
+  for (i = 0; i < HELD_REGS; i++) {
+    EXPECT(!phx_register(fd, a.va + i * each, each, &r[i]), "register %d", i);
+    map[i] = phx_map(fd, &r[i]);
+    EXPECT(map[i], "map %d", i);
+    memset(map[i], 0x5d, each);
+    iov = (struct iovec){map[i], 4 * KiB};
+    if (vmsplice(fds[1], &iov, 1, 0) < 0 && errno == EREMOTEIO) {
+      close(fds[0]);
+      close(fds[1]);
+      close(fd);
+      emu_free(a.va);
+      snprintf(detail, len,
+               "vmsplice cannot hold P2PDMA pages on this kernel (EREMOTEIO): "
+               "user space has no such hold on the free callbacks");
+      return 1;
+    }
+  }
+  tuned = set_revoke_wait_ms(500);
+  start = now_s();
+  EXPECT(!emu_free(a.va), "cudaFree");
+  took = now_s() - start;
+  close(fds[0]);
+  close(fds[1]);
+  set_revoke_wait_ms(5000);
+  EXPECT(!tuned, "set revoke_wait_ms: %s", strerror(-tuned));
+  EXPECT(took < 2.5,
+         "cudaFree took %.2f s for %d registrations with a held page each: the 0.5 s wait added "
+         "up",
+         took, HELD_REGS);
+  for (i = 0; i < HELD_REGS; i++)
+    EXPECT(!phx_deregister(fd, r[i].handle) && !munmap(map[i], each), "teardown %d", i);
+  EXPECT(!wait_no_regs_live(fd, &info), "info");
+  EXPECT(!info.regs_live, "regs_live %llu", (unsigned long long)info.regs_live);
+  EXPECT(!emu_stats(&after) && after.pins_live == before.pins_live &&
+             after.callbacks == before.callbacks + HELD_REGS,
+         "pins %llu callbacks %llu", (unsigned long long)after.pins_live,
+         (unsigned long long)(after.callbacks - before.callbacks));
+  close(fd);
+  snprintf(detail, len,
+           "cudaFree of %d registrations, a page of each held by a pipe, took %.2f s "
+           "(revoke_wait_ms 500); nothing left once the pipe closed",
+           HELD_REGS, took);
+  return 0;
+}
+
+static long module_refcount(void) {
+  FILE *f = fopen("/sys/module/phxfs/refcnt", "r");
+  long n = -1;
+
+  if (f) {
+    if (fscanf(f, "%ld", &n) != 1)
+      n = -1;
+    fclose(f);
+  }
+  return n;
+}
+
+/*
+ * The driver honours a legacy put_pages only from the process that pinned
+ * (it looks the mapping up among that process's): from another it frees
+ * nothing, returns 0, and the free callback stays armed with phxfs's
+ * registration as its data.  Here the registration's last close is a
+ * forked child's.  phxfs must neither put from there nor free what the
+ * armed callback names; cudaFree then finds it, and nothing is left.
+ */
+static int t_legacy_release_outside_owner(char *detail, size_t len) {
+  struct nvemu_stats before, parked, after;
+  struct nvemu_alloc a;
+  struct phxfs_register r;
+  struct phxfs_info info;
+  long refs = module_refcount(), refs_parked, refs_now = -1;
+  int fd = phx_open_dev(0), go[2], status, probe, i;
+  pid_t pid;
+  char c;
+
+  EXPECT(fd >= 0 && refs >= 0 && !emu_stats(&before), "setup");
+  EXPECT(!emu_alloc(1 * MiB, 0, &a) && !phx_register(fd, a.va, 1 * MiB, &r), "alloc+register");
+  EXPECT(!pipe(go), "pipe");
+  pid = fork();
+  EXPECT(pid >= 0, "fork");
+  if (pid == 0) {
+    /* Holds the last reference to the file once the parent closed it. */
+    close(go[1]);
+    if (read(go[0], &c, 1) < 0)
+      _exit(2);
+    close(fd);
+    _exit(0);
+  }
+  close(go[0]);
+  close(fd);
+  close(go[1]);
+  EXPECT(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && !WEXITSTATUS(status),
+         "child status %#x", status);
+  refs_parked = module_refcount();
+  probe = phx_open_dev(0);
+  EXPECT(probe >= 0, "open");
+  EXPECT(!wait_no_regs_live(probe, &info), "info");
+  EXPECT(!info.regs_live, "the child's close left %llu registrations live",
+         (unsigned long long)info.regs_live);
+  EXPECT(!emu_stats(&parked), "stats");
+  EXPECT(parked.foreign_puts == before.foreign_puts,
+         "phxfs called put_pages from the child, which the driver ignores: the callback stays "
+         "armed with a registration phxfs freed");
+  EXPECT(parked.pins_live == before.pins_live + 1, "pins live %llu, want %llu (still pinned)",
+         (unsigned long long)parked.pins_live, (unsigned long long)before.pins_live + 1);
+  EXPECT(refs_parked == refs + 1,
+         "module references %ld while parked, %ld before (rmmod must wait)", refs_parked, refs);
+  close(probe);
+  EXPECT(!emu_free(a.va), "cudaFree");
+  EXPECT(!emu_stats(&after), "stats");
+  EXPECT(after.callbacks == before.callbacks + 1 && after.pins_live == before.pins_live &&
+             after.allocs_live == before.allocs_live,
+         "after cudaFree: callbacks %llu pins %llu allocs %llu",
+         (unsigned long long)(after.callbacks - before.callbacks),
+         (unsigned long long)after.pins_live, (unsigned long long)after.allocs_live);
+  /* The callback hands its references to a work item, a second later. */
+  for (i = 0; i < 50 && (refs_now = module_refcount()) > refs; i++)
+    usleep(100000);
+  EXPECT(refs_now == refs, "module references %ld after cudaFree, %ld parked, %ld before", refs_now,
+         refs_parked, refs);
+  snprintf(detail, len,
+           "last close in a forked child: the legacy pin stayed parked (no put_pages from the "
+           "child, a module reference held), cudaFree's callback released it, nothing left "
+           "%.1f s later",
+           i * 0.1);
   return 0;
 }
 
@@ -679,6 +835,8 @@ int vmtest_nvidia(const char *mode) {
     vm_run("nvidia/legacy_free_callback_during_io", t_legacy_callback_during_io);
     vm_run("nvidia/legacy_free_vs_vmsplice", t_legacy_free_vs_vmsplice);
     vm_run("nvidia/legacy_free_after_node_gone", t_legacy_free_after_node_gone);
+    vm_run("nvidia/legacy_release_outside_owner", t_legacy_release_outside_owner);
+    vm_run("nvidia/legacy_free_vs_many_held", t_legacy_free_vs_many_held);
   } else {
     vm_run("nvidia/info", t_info);
     vm_run("nvidia/read_scattered_pages", t_read_scattered);

@@ -1005,37 +1005,44 @@ static int t_deregister_wait_sleeps(char *detail, size_t len) {
 /*
  * A process that exits while something else holds references to its
  * registered pages must still exit.  Here the child vmsplices the pages
- * into a pipe this process keeps open, then exits with the registration
- * live; io_uring fixed buffers of a ring whose release comes after the
- * phxfs file's are the same case.  An exiting task cannot be killed any
- * more, so the last close may wait for the pages only a bounded time and
- * leaves the rest to a work item, which finishes once the pipe lets go.
+ * of @n registrations of @each bytes into a pipe this process keeps open,
+ * then exits with them live; io_uring fixed buffers of a ring whose
+ * release comes after the phxfs file's are the same case.  An exiting
+ * task cannot be killed any more, so the last close may wait for the pages
+ * only a bounded time, for all its registrations together, and leaves the
+ * rest to work items, which finish once the pipe lets go.
  */
-static int t_exit_holding_pages(char *detail, size_t len) {
-  const uint64_t size = 64 * KiB;
+static int exit_holding_pages(int n, uint64_t each, char *detail, size_t len) {
   struct phxfs_info info;
   int fds[2], status = 0, i, info_fd, info_ok;
   double start, exited_s = -1;
   uint64_t off;
   pid_t pid, done = 0;
 
-  EXPECT(!bar_alloc(0, size, &off), "space");
+  EXPECT(!bar_alloc(0, n * each, &off), "space");
   EXPECT(!pipe(fds), "pipe");
+  EXPECT(fcntl(fds[1], F_SETPIPE_SZ, (int)(n * each > 64 * KiB ? n * each : 64 * KiB)) >= 0,
+         "F_SETPIPE_SZ: %s", strerror(errno));
   pid = fork();
   EXPECT(pid >= 0, "fork");
   if (pid == 0) {
-    struct phxfs_register r;
     int cfd = phx_open_dev(0);
-    struct iovec iov;
-    void *m;
 
-    if (cfd < 0 || phx_register(cfd, off, size, &r) || !(m = phx_map(cfd, &r)))
+    if (cfd < 0)
       _exit(2);
-    memset(m, 0x6b, size);
-    iov = (struct iovec){m, size};
-    if (vmsplice(fds[1], &iov, 1, 0) != (ssize_t)size)
-      _exit(errno == EREMOTEIO ? 77 : 3);
-    _exit(0); /* the registration, the mapping and the file go with the exit */
+    for (i = 0; i < n; i++) {
+      struct phxfs_register r;
+      struct iovec iov;
+      void *m;
+
+      if (phx_register(cfd, off + i * each, each, &r) || !(m = phx_map(cfd, &r)))
+        _exit(2);
+      memset(m, 0x6b, each);
+      iov = (struct iovec){m, each};
+      if (vmsplice(fds[1], &iov, 1, 0) != (ssize_t)each)
+        _exit(errno == EREMOTEIO ? 77 : 3);
+    }
+    _exit(0); /* the registrations, the mappings and the file go with the exit */
   }
   start = monotonic_s();
   for (i = 0; i < 500 && !done; i++) {
@@ -1061,17 +1068,29 @@ static int t_exit_holding_pages(char *detail, size_t len) {
     return 1;
   }
   EXPECT(exited_s >= 0, "the child's exit waited for the pipe's page references (over 5 s)");
+  EXPECT(exited_s < 2, "the child's exit took %.2f s: each of its %d registrations waited",
+         exited_s, n);
   EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %#x", status);
   EXPECT(info_ok, "GET_INFO: %s", strerror(errno));
-  EXPECT(info.regs_live == 1, "while the pipe held the pages: live %llu, expected 1 (deferred)",
-         (unsigned long long)info.regs_live);
+  EXPECT(info.regs_live == (uint64_t)n,
+         "while the pipe held the pages: live %llu, expected %d (deferred)",
+         (unsigned long long)info.regs_live, n);
   EXPECT(!wait_regs_idle(0, &info) && info.regs_live == 0 && info.pages_mapped == 0,
          "after the pipe closed: live %llu mapped %llu", (unsigned long long)info.regs_live,
          (unsigned long long)info.pages_mapped);
   snprintf(detail, len,
-           "exit with pages in a pipe took %.2f s; the teardown finished once the pipe closed",
-           exited_s);
+           "exit with the pages of %d registration%s in a pipe took %.2f s; the teardowns "
+           "finished once the pipe closed",
+           n, n == 1 ? "" : "s", exited_s);
   return 0;
+}
+
+static int t_exit_holding_pages(char *detail, size_t len) {
+  return exit_holding_pages(1, 64 * KiB, detail, len);
+}
+
+static int t_exit_holding_many(char *detail, size_t len) {
+  return exit_holding_pages(64, 4 * KiB, detail, len);
 }
 
 /*
@@ -1152,5 +1171,6 @@ int vmtest_pcibar(void) {
   vm_run("pcibar/register_waits_for_teardown", t_register_waits_for_teardown);
   vm_run("pcibar/deregister_wait_sleeps", t_deregister_wait_sleeps);
   vm_run("pcibar/exit_while_a_pipe_holds_pages", t_exit_holding_pages);
+  vm_run("pcibar/exit_while_a_pipe_holds_many", t_exit_holding_many);
   return vm_failures() ? 1 : 0;
 }

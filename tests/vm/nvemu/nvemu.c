@@ -15,6 +15,10 @@
  * Like the driver, put_pages names the mapping by its virtual address and
  * its table together: a table allocated at a freed table's address for
  * another allocation is not the one a late put_pages of the old one means.
+ * And like the driver, legacy put_pages looks the mapping up among those of
+ * the calling process (thread group): from any other process, a kworker
+ * included, it finds none and returns 0 having freed nothing, so the free
+ * callback stays armed until cudaFree or the owner's exit.
  *
  * Fault injection for phxfs's checks: the "fault" parameter makes the next
  * tables carry 1 = a wrong major version, 2 = 4 KiB page size, 3 = a page
@@ -36,6 +40,8 @@
 #include <linux/module.h>
 #include <linux/mutex.h>
 #include <linux/pci.h>
+#include <linux/pid.h>
+#include <linux/sched.h>
 #include <linux/delay.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
@@ -83,6 +89,8 @@ struct nvemu_pin {
 	u64 va;
 	bool persistent;
 	bool revoking;
+	/* Legacy: the thread group that pinned; only its put_pages counts. */
+	struct pid *owner;
 	void (*cb)(void *data);
 	void *data;
 };
@@ -228,6 +236,8 @@ static int nvemu_pin(u64 va, u64 len, struct nvidia_p2p_page_table **table,
 	pin->alloc = a;
 	pin->va = va;
 	pin->persistent = persistent;
+	if (!persistent)
+		pin->owner = get_pid(task_tgid(current));
 	pin->cb = cb;
 	pin->data = data;
 	list_add(&pin->node, &a->pins);
@@ -278,6 +288,11 @@ static int nvemu_unpin(struct nvidia_p2p_page_table *t, u64 va,
 
 	mutex_lock(&nvemu_lock);
 	pin = nvemu_find_pin(t, va);
+	if (pin && !persistent && pin->owner != task_tgid(current)) {
+		nvemu_stats.foreign_puts++;
+		mutex_unlock(&nvemu_lock);
+		return 0;
+	}
 	while (pin && pin->revoking && !persistent && nvemu_callbacks_running) {
 		/* The driver serialises put_pages with a running callback. */
 		mutex_unlock(&nvemu_lock);
@@ -304,6 +319,7 @@ static int nvemu_unpin(struct nvidia_p2p_page_table *t, u64 va,
 		nvemu_release_alloc_locked(a);
 	mutex_unlock(&nvemu_lock);
 	nvemu_free_table(pin->table);
+	put_pid(pin->owner);
 	kfree(pin);
 	return 0;
 }
@@ -353,6 +369,7 @@ int nvidia_p2p_free_page_table(struct nvidia_p2p_page_table *page_table)
 	}
 	mutex_unlock(&nvemu_lock);
 	nvemu_free_table(pin->table);
+	put_pid(pin->owner);
 	kfree(pin);
 	return 0;
 }

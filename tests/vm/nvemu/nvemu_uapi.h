@@ -37,6 +37,7 @@ struct nvemu_stats {
 	__u64 callbacks;
 	__u64 deferred_frees;
 	__u64 raced_puts; /* put_pages that met a callback and returned 0 */
+	__u64 foreign_puts; /* legacy put_pages from another process: 0, nothing freed */
 };
 
 #define NVEMU_IOC_ALLOC _IOWR('N', 1, struct nvemu_alloc)
