@@ -256,7 +256,7 @@ def run_load(job: dict, emit) -> None:
     peer.close()
 
 
-def engines_of(peers) -> dict:
+def engines_field(peers) -> dict:
     """{"engines": {device: engine}} that @peers' loads used, where they say."""
     engines: dict = {}
     for peer in peers:
@@ -326,7 +326,7 @@ def run_concurrent(job: dict, emit) -> None:
            "load_seconds": [None if s is None else s[1] - s[0] for s in spans],
            "aggregate_gbps": n * base["bytes_each"] / wall / 1e9,
            "verified": not bad and not errors, "cuda_init_seconds": cuda.init_seconds,
-           **engines_of(peers)}
+           **engines_field(peers)}
     if errors:
         rec.update(status="error", error="; ".join(errors)[:600])
     elif bad:
@@ -368,7 +368,7 @@ def run_member(job: dict, emit) -> None:
         return
     ok, detail = check(peer, result, files, *reference_or_why(files, framework))
     emit({"status": "ok" if ok else "failed", "verified": ok, "verify_detail": detail,
-          "start": start, "end": end, "pid": os.getpid(), **engines_of([peer])})
+          "start": start, "end": end, "pid": os.getpid(), **engines_field([peer])})
 
 
 def main() -> int:
