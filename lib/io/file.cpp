@@ -60,6 +60,13 @@ File::File(std::filesystem::path path, int flags, mode_t mode, DirectIo direct)
       detail::throw_errno(err, open_what(path_));
     }
   }
+  // A folder opens read-only, and every read of it fails later with EISDIR:
+  // say so here, where the caller named it.
+  if (struct stat st = {}; ::fstat(fd_, &st) == 0 && S_ISDIR(st.st_mode)) {
+    ::close(fd_);
+    fd_ = -1;
+    detail::throw_errno(EISDIR, open_what(path_) + ": a folder, not a file");
+  }
   if (struct stat st = {};
       ::fstat(fd_, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
     ::close(fd_);

@@ -85,6 +85,14 @@ TEST(File, AFifoIsRefusedWithoutWaitingForAWriter) {
   expect_error(ESPIPE, {fifo.string()}, [&] { File f(fifo, O_RDONLY, 0, DirectIo::off); });
 }
 
+// A folder opens read-only and fails at every read: refused where it is named.
+TEST(File, AFolderIsRefusedWhenOpened) {
+  TempDir dir;
+  expect_error(EISDIR, {dir.path().string(), "folder"}, [&] { File f(dir.path(), O_RDONLY); });
+  expect_error(EISDIR, {dir.path().string()},
+               [&] { File f(dir.path(), O_RDONLY, 0, DirectIo::off); });
+}
+
 TEST(File, NonBlockingOpenIsOnlyKeptWhenAsked) {
   TempDir dir;
   File f(dir / "a", O_RDWR | O_CREAT);
