@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -27,8 +28,15 @@ bool ends_with(const std::string &text, std::string_view suffix) {
          text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// In a folder, an index is what its name says; a file named explicitly is
+// one when it is JSON by name (model.index.json, weights.json): parsing it
+// as a .safetensors file would only fail with a misleading error.
 bool is_index(const fs::path &path) {
   return ends_with(path.filename().string(), kIndexSuffix);
+}
+
+bool is_named_index(const fs::path &path) {
+  return path.extension() == ".json";
 }
 
 // tensor name -> file, as the index's weight_map says.
@@ -75,25 +83,74 @@ std::vector<fs::path> index_files(const fs::path &index) {
   return {unique.begin(), unique.end()};
 }
 
-std::vector<fs::path> folder_files(const fs::path &folder) {
+// The index a folder holds, if any; EINVAL when it holds several.
+std::optional<fs::path> folder_index(const fs::path &folder) {
   std::vector<fs::path> indexes;
-  std::vector<fs::path> files;
   for (const fs::directory_entry &entry : fs::directory_iterator(folder)) {
-    if (!entry.is_regular_file()) {
-      continue;
-    }
-    if (is_index(entry.path())) {
+    if (entry.is_regular_file() && is_index(entry.path())) {
       indexes.push_back(entry.path());
-    } else if (entry.path().extension() == ".safetensors") {
-      files.push_back(entry.path());
     }
   }
   if (indexes.size() > 1) {
+    std::sort(indexes.begin(), indexes.end());
     detail::throw_errno(EINVAL, folder.string() + ": several *" + std::string(kIndexSuffix) +
-                                    " files; name the one to load");
+                                    " files (" + indexes[0].filename().string() + ", " +
+                                    indexes[1].filename().string() + "); name the one to load");
   }
-  if (indexes.size() == 1) {
-    return index_files(indexes.front());
+  if (indexes.empty()) {
+    return std::nullopt;
+  }
+  return indexes.front();
+}
+
+// The index a path stands for: itself, or the one its folder holds.
+std::optional<fs::path> index_of(const fs::path &path) {
+  if (fs::is_directory(path)) {
+    return folder_index(path);
+  }
+  if (is_named_index(path)) {
+    return path;
+  }
+  return std::nullopt;
+}
+
+// An index promises where each tensor is and that its shards hold nothing
+// else: hold it to both, whichever way the checkpoint was named (the
+// index, its folder, or a list holding either).
+void check_index(const fs::path &index, const Checkpoint &checkpoint,
+                 const std::map<fs::path, std::size_t> &file_by_path) {
+  const std::map<std::string, fs::path> weight_map = read_index(index);
+  std::map<fs::path, std::set<std::string>> named;  // canonical shard -> tensors
+  for (const auto &[name, file] : weight_map) {
+    const fs::path canonical = fs::weakly_canonical(file);
+    const auto it = file_by_path.find(canonical);
+    if (it == file_by_path.end() || checkpoint.files[it->second].find(name) == nullptr) {
+      detail::throw_errno(EINVAL, index.string() + ": weight_map puts tensor \"" + name + "\" in " +
+                                      file.string() + ", which lacks it");
+    }
+    named[canonical].insert(name);
+  }
+  for (const auto &[canonical, names] : named) {
+    const FileHeader &header = checkpoint.files[file_by_path.at(canonical)];
+    for (const TensorInfo &t : header.tensors) {
+      if (!names.contains(t.name)) {
+        detail::throw_errno(EINVAL, index.string() + ": " + header.path.string() +
+                                        " holds tensor \"" + t.name +
+                                        "\", which the weight_map does not name");
+      }
+    }
+  }
+}
+
+std::vector<fs::path> folder_files(const fs::path &folder) {
+  if (const std::optional<fs::path> index = folder_index(folder)) {
+    return index_files(*index);
+  }
+  std::vector<fs::path> files;
+  for (const fs::directory_entry &entry : fs::directory_iterator(folder)) {
+    if (entry.is_regular_file() && entry.path().extension() == ".safetensors") {
+      files.push_back(entry.path());
+    }
   }
   if (files.empty()) {
     detail::throw_errno(ENOENT, folder.string() + ": no *.safetensors file and no index");
@@ -113,7 +170,7 @@ std::vector<fs::path> checkpoint_files(const fs::path &path) {
   if (fs::is_directory(status)) {
     return folder_files(path);
   }
-  if (is_index(path)) {
+  if (is_named_index(path)) {
     return index_files(path);
   }
   return {path};
@@ -121,13 +178,19 @@ std::vector<fs::path> checkpoint_files(const fs::path &path) {
 
 Checkpoint open_checkpoint(std::span<const fs::path> paths) {
   Checkpoint checkpoint;
-  std::set<fs::path> seen_files;
+  std::map<fs::path, std::size_t> file_by_path;  // canonical -> index into checkpoint.files
   std::map<std::string, fs::path> owner;
+  std::vector<fs::path> indexes;
   for (const fs::path &path : paths) {
+    if (const std::optional<fs::path> index = index_of(path)) {
+      indexes.push_back(*index);
+    }
     for (const fs::path &file : checkpoint_files(path)) {
-      if (!seen_files.insert(fs::weakly_canonical(file)).second) {
+      const fs::path canonical = fs::weakly_canonical(file);
+      if (file_by_path.contains(canonical)) {
         continue;
       }
+      file_by_path.emplace(canonical, checkpoint.files.size());
       FileHeader header = read_header(file);
       for (const TensorInfo &t : header.tensors) {
         const auto [it, inserted] = owner.emplace(t.name, file);
@@ -138,16 +201,9 @@ Checkpoint open_checkpoint(std::span<const fs::path> paths) {
       }
       checkpoint.files.push_back(std::move(header));
     }
-    // An index promises where each tensor is: hold it to that.
-    if (!fs::is_directory(path) && is_index(path)) {
-      for (const auto &[name, file] : read_index(path)) {
-        const auto it = owner.find(name);
-        if (it == owner.end() || fs::weakly_canonical(it->second) != fs::weakly_canonical(file)) {
-          detail::throw_errno(EINVAL, path.string() + ": weight_map puts tensor \"" + name +
-                                          "\" in " + file.string() + ", which lacks it");
-        }
-      }
-    }
+  }
+  for (const fs::path &index : indexes) {
+    check_index(index, checkpoint, file_by_path);
   }
   if (checkpoint.files.empty()) {
     detail::throw_errno(ENOENT, "no safetensors file to load");

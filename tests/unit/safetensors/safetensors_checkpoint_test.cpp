@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <string>
 #include <system_error>
+#include <utility>
+#include <vector>
 
 #include "phoenix/safetensors.hpp"
 #include "safetensors_test_files.hpp"
@@ -91,6 +94,58 @@ TEST(SafetensorsCheckpoint, IndexNamingAMissingTensorIsRejected) {
       {{"a", "model-00001-of-00002.safetensors"}, {"c", "model-00001-of-00002.safetensors"}});
   expect_errno([&] { (void)st::open_checkpoint(dir / "model.safetensors.index.json"); }, EINVAL,
                "\"c\"");
+}
+
+namespace {
+
+// Every way of naming one sharded checkpoint, so that each is checked alike.
+std::vector<std::vector<std::filesystem::path>> ways_to_name(const phx::test::TempDir &dir) {
+  const auto index = dir / "model.safetensors.index.json";
+  return {{index}, {dir.path()}, {index, dir.path()}, {dir.path(), index}};
+}
+
+}  // namespace
+
+TEST(SafetensorsCheckpoint, AnIndexIsHeldToItsWordHoweverTheCheckpointIsNamed) {
+  const phx::test::TempDir dir;
+  write_sharded(dir);
+  const auto index = dir / "model.safetensors.index.json";
+  struct Case {
+    std::vector<std::pair<std::string, std::string>> weight_map;
+    std::string word;
+  };
+  const std::string one = "model-00001-of-00002.safetensors";
+  const std::string two = "model-00002-of-00002.safetensors";
+  const std::vector<Case> cases = {
+      // A tensor no shard has.
+      {{{"a", one}, {"b", one}, {"c", two}, {"ghost", two}}, "\"ghost\""},
+      // The wrong shard for a tensor.
+      {{{"a", one}, {"b", two}, {"c", two}}, "\"b\" in"},
+      // A shard's tensor the index leaves out.
+      {{{"a", one}, {"c", two}}, "\"b\", which the weight_map does not name"},
+  };
+  for (const Case &c : cases) {
+    phx::test::write_index(index, c.weight_map);
+    for (const auto &paths : ways_to_name(dir)) {
+      SCOPED_TRACE(paths.front().string() + " (" + std::to_string(paths.size()) + " paths)");
+      expect_errno([&] { (void)st::open_checkpoint(paths); }, EINVAL, c.word);
+    }
+  }
+  write_sharded(dir);
+  for (const auto &paths : ways_to_name(dir)) {
+    EXPECT_EQ(st::open_checkpoint(paths).tensor_count(), 3U);
+  }
+}
+
+TEST(SafetensorsCheckpoint, AJsonFileNamedExplicitlyIsAnIndex) {
+  const phx::test::TempDir dir;
+  write_sharded(dir);
+  const auto renamed = dir / "weights.json";
+  std::filesystem::rename(dir / "model.safetensors.index.json", renamed);
+  EXPECT_EQ(st::checkpoint_files(renamed).size(), 2U);
+  EXPECT_EQ(st::open_checkpoint(renamed).tensor_count(), 3U);
+  phx::test::write_index(renamed, {{"a", "model-00002-of-00002.safetensors"}});
+  expect_errno([&] { (void)st::open_checkpoint(renamed); }, EINVAL, "\"a\" in");
 }
 
 TEST(SafetensorsCheckpoint, BadIndexes) {
