@@ -25,151 +25,178 @@ framework: ``framework=None`` returns :class:`phoenix_gds.Tensor` objects
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
-import threading
-from typing import Any, Callable, Generic, Iterable, List, Mapping, Optional, Sequence, TypeVar, Union
+from typing import Any, Callable, Iterable, List, Mapping, Optional, Union
 
-from ._phoenix import (Device, Options, Registration, Tensor, __version__, engine_for,
+from . import _futures
+from ._convert import convert as _convert
+from ._convert import framework_name as _framework_name
+from ._convert import tensor_array as _tensor_array
+from ._futures import IOFuture
+from ._phoenix import (ArgumentError, Options, Tensor, __version__, engine_for,
                        release_idle_engines)
+from ._phoenix import Device as _Device
 from ._phoenix import File as _File
 from ._phoenix import Loader as _Loader
+from ._phoenix import Registration as _Registration
 
 __all__ = [
-    "Device", "File", "IOFuture", "Loader", "Options", "Registration", "Tensor", "engine_for",
-    "load_safetensors", "release_idle_engines", "__version__",
+    "ArgumentError", "CuFile", "Device", "File", "IOFuture", "Loader", "Options", "Registration",
+    "Tensor", "engine_for", "load_safetensors", "release_idle_engines", "safe_open",
+    "__version__",
 ]
-
-T = TypeVar("T")
 
 PathLike = Union[str, os.PathLike]
 
-# safetensors dtype -> torch dtype attribute, for the dtypes whose DLPack
-# codes an older torch may not take: loaded as bytes and viewed instead.
-_TORCH_BYTE_VIEWS = {"F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "BOOL": "bool"}
+# numpy.asarray(tensor) on a CPU Tensor: a writable view, not an object array.
+Tensor.__array__ = _tensor_array
 
 
-def _to_torch(tensor: Tensor):
-    import torch
+class Registration:
+    """A buffer registered on a Device once, for many reads and writes.
 
-    try:
-        return torch.from_dlpack(tensor)
-    except (BufferError, RuntimeError, TypeError):
-        view = _TORCH_BYTE_VIEWS.get(tensor.dtype)
-        if view is None:
-            raise
-        raw = torch.from_dlpack(tensor.as_bytes())
-        return raw.view(getattr(torch, view)).reshape(tensor.shape)
-
-
-def _to_numpy(tensor: Tensor):
-    import numpy
-
-    if tensor.dtype in ("BF16", "F8_E4M3", "F8_E5M2"):
-        raise TypeError(
-            f"tensor {tensor.name!r} is {tensor.dtype}, which numpy lacks; "
-            "use framework=None and numpy.from_dlpack(t.as_bytes()) for its bytes"
-        )
-    if tensor.dtype == "BOOL":
-        return numpy.from_dlpack(tensor.as_bytes()).view(numpy.bool_).reshape(tensor.shape)
-    return numpy.from_dlpack(tensor)
-
-
-def _convert(tensors: dict, framework: Optional[str]) -> dict:
-    if framework is None:
-        return tensors
-    if framework == "torch":
-        return {name: _to_torch(t) for name, t in tensors.items()}
-    if framework == "numpy":
-        return {name: _to_numpy(t) for name, t in tensors.items()}
-    if framework == "cupy":
-        import cupy
-
-        return {name: cupy.from_dlpack(t) for name, t in tensors.items()}
-    if framework == "jax":
-        import jax.numpy as jnp
-
-        return {name: jnp.from_dlpack(t) for name, t in tensors.items()}
-    raise ValueError(f"framework {framework!r}: expected None, 'torch', 'numpy', 'cupy' or 'jax'")
-
-
-class IOFuture(Generic[T]):
-    """The result of an asynchronous I/O (File.pread_async and friends).
-
-    The I/O runs on the package's thread pool, with the GIL released while
-    it moves bytes.  ``get()`` waits and returns the bytes (a list of them for
-    a batch), or raises the I/O's OSError; ``done()`` asks without waiting.
+    Made by :meth:`Device.register`.  Any I/O whose buffer lies inside it
+    uses it: no pin-and-map per call.  Keeps the buffer object alive until
+    close(); a context manager.  close() waits for the package's I/O started
+    before it (queued or running), then deregisters.
     """
 
-    __slots__ = ("_future",)
+    __slots__ = ("_registration",)
 
-    def __init__(self, future: "concurrent.futures.Future[T]"):
-        self._future = future
+    def __init__(self, registration: _Registration):
+        self._registration = registration
 
-    def get(self, timeout: Optional[float] = None) -> T:
-        """Waits (at most ``timeout`` seconds: TimeoutError) and returns the result."""
-        return self._future.result(timeout)
+    def close(self) -> None:
+        """Waits for the I/O started so far, deregisters, drops the buffer. Idempotent."""
+        if not self._registration.closed:
+            _futures.everything.drain(closing=False)
+        self._registration.close()
 
-    def done(self) -> bool:
-        """True once the I/O has finished, successfully or not."""
-        return self._future.done()
+    @property
+    def closed(self) -> bool:
+        """True after close()."""
+        return self._registration.closed
+
+    @property
+    def ptr(self) -> int:
+        """Address of the registered memory (ValueError when closed)."""
+        return self._registration.ptr
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes registered (ValueError when closed)."""
+        return self._registration.nbytes
+
+    @property
+    def device(self) -> str:
+        """Where the memory is: "cpu" or "cuda:N"."""
+        return self._registration.device
+
+    @property
+    def buffer(self) -> Any:
+        """The registered object (ValueError when closed)."""
+        return self._registration.buffer
+
+    def __enter__(self) -> "Registration":
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        self.close()
+        return False
 
     def __repr__(self) -> str:
-        return f"<IOFuture {'done' if self.done() else 'pending'}>"
+        state = "closed" if self.closed else f"{self.nbytes} bytes at {self.ptr:#x}"
+        return f"<phoenix_gds.Registration {self.device} {state}>"
 
 
-_pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
-_pool_lock = threading.Lock()
+class Device(_Device):
+    """A device opened with an engine, for registering buffers:
+    ``Device(device="cpu", engine="auto", *, options=None)``.
 
+    device: "cpu", "cuda", "cuda:N" or an integer N (CUDA ordinal, torch's
+    numbering).  close() (or the end of a ``with`` block) waits for the
+    package's I/O started before it, then closes the registrations made
+    through this Device.
+    """
 
-def _submit(call: Callable[..., T], *args: Any) -> IOFuture[T]:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            workers = int(os.environ.get("PHX_PY_THREADS", "0")) or min(32, (os.cpu_count() or 1) * 4)
-            _pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="phoenix_gds")
-    return IOFuture(_pool.submit(call, *args))
+    def register(self, buf: Any) -> Registration:
+        """Registers buf's memory once for many I/Os (see docs/python.md)."""
+        return Registration(super().register(buf))
 
+    def close(self) -> None:
+        """Waits for the I/O started so far, then closes the registrations. Idempotent."""
+        if not self.closed:
+            _futures.everything.drain(closing=False)
+        super().close()
 
-Request = Union[tuple, Sequence[Any]]
+    def __exit__(self, *exc: Any) -> bool:
+        self.close()
+        return False
 
 
 class File(_File):
     """A file opened for Phoenix I/O: ``File(path, mode="r", *, direct="preferred", engine="auto")``.
 
     mode: "r" read-only, "r+" read-write, "w"/"w+" created or truncated,
-    "x"/"x+" created and new (writable modes also read: unaligned
-    ``O_DIRECT`` writes read their edge blocks).  direct: "preferred"
-    (``O_DIRECT`` where the filesystem has it), "required", "off".  engine:
-    the engine for CUDA buffers that no open :class:`Device` has registered.
+    "a"/"a+" created if missing, kept otherwise, "x"/"x+" created and new
+    (writable modes also read: unaligned ``O_DIRECT`` writes read their
+    edge blocks).  direct: "preferred" (``O_DIRECT`` where the filesystem
+    has it), "required" (or True), "off" (or False).  engine: the engine for
+    CUDA buffers that no open :class:`Device` has registered.
 
     ``pread``/``pwrite`` block and return the bytes moved; ``pread_async``/
     ``pwrite_async`` return an :class:`IOFuture`; ``pread_batch``/
     ``pwrite_batch`` take many ``(buf, size, file_offset, buf_offset)`` at
     once through io_uring.  Buffers registered with :meth:`Device.register`
     are used as registered; others are registered for the call only.  A
-    context manager; ``close()`` waits for I/O in flight.  Errors: OSError
-    with errno and a message naming the file, offset and size; ValueError
-    on a closed file.
+    context manager; ``close()`` waits for every future made on this file,
+    queued or running, and raises the first failure among those nobody
+    looked at.  Errors: OSError with errno and a message naming the file,
+    offset and size; ArgumentError (ValueError and OSError EINVAL) for a bad
+    argument; ValueError on a closed file.
     """
 
+    def __init__(self, path: PathLike, mode: str = "r", *, direct: Union[str, bool] = "preferred",
+                 engine: str = "auto"):
+        super().__init__(path, mode, direct=direct, engine=engine)
+        self._pending = _futures.Pending(f"I/O operation on closed file {self.path}")
+
+    def _submit(self, call: Callable[..., Any], *args: Any) -> IOFuture:
+        return _futures.submit(self._pending, call, *args)
+
     def pread_async(self, buf: Any, size: Optional[int] = None, file_offset: int = 0,
-                    buf_offset: int = 0) -> IOFuture[int]:
+                    buf_offset: int = 0) -> IOFuture:
         """:meth:`pread` on the thread pool; the future gives the bytes read."""
-        return _submit(self.pread, buf, size, file_offset, buf_offset)
+        return self._submit(self.pread, buf, size, file_offset, buf_offset)
 
     def pwrite_async(self, buf: Any, size: Optional[int] = None, file_offset: int = 0,
-                     buf_offset: int = 0) -> IOFuture[int]:
+                     buf_offset: int = 0) -> IOFuture:
         """:meth:`pwrite` on the thread pool; the future gives the bytes written."""
-        return _submit(self.pwrite, buf, size, file_offset, buf_offset)
+        return self._submit(self.pwrite, buf, size, file_offset, buf_offset)
 
-    def pread_batch_async(self, requests: Iterable[Request]) -> IOFuture[List[int]]:
+    def pread_batch_async(self, requests: Iterable[Any]) -> IOFuture:
         """:meth:`pread_batch` on the thread pool."""
-        return _submit(self.pread_batch, list(requests))
+        return self._submit(self.pread_batch, list(requests))
 
-    def pwrite_batch_async(self, requests: Iterable[Request]) -> IOFuture[List[int]]:
+    def pwrite_batch_async(self, requests: Iterable[Any]) -> IOFuture:
         """:meth:`pwrite_batch` on the thread pool."""
-        return _submit(self.pwrite_batch, list(requests))
+        return self._submit(self.pwrite_batch, list(requests))
+
+    def close(self) -> None:
+        """Waits for every future made on this file, then closes it.  Idempotent.
+
+        Raises the first failure of those futures that nobody looked at
+        (get, result or exception): a write nobody awaited is never lost
+        without a word."""
+        pending = getattr(self, "_pending", None)
+        failure = pending.drain(closing=True) if pending is not None else None
+        super().close()
+        if failure is not None:
+            raise failure
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        self.close()
+        return False
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"mode={self.mode!r}"
@@ -180,7 +207,8 @@ class Loader:
     """Loads checkpoints with one configuration, keeping the device's engine
     (CUDA context, copy threads, staging memory) set up between loads.
 
-    device: "cpu" (host engine), "cuda" or "cuda:N" (torch's numbering).
+    device: "cpu" (host engine), "cuda", "cuda:N" or an integer N (CUDA
+    ordinal, torch's numbering).
     engine: "auto" (direct where the phxfs module serves the GPU, else
     compat), "direct", "compat", "cufile" or "host".  device_map: {tensor
     name prefix: device} (the longest dotted prefix wins).  cache: "auto"
@@ -191,7 +219,7 @@ class Loader:
 
     def __init__(
         self,
-        device: str = "cuda:0",
+        device: Union[str, int] = "cuda:0",
         *,
         engine: str = "auto",
         device_map: Optional[Mapping[str, str]] = None,
@@ -202,7 +230,8 @@ class Loader:
         pinned: bool = False,
     ):
         self._loader = _Loader(
-            device, engine, dict(device_map) if device_map else None, cache, chunk_size,
+            device, engine, dict(device_map) if isinstance(device_map, Mapping) else device_map,
+            cache, chunk_size,
             queue_depth, parallel_files, pinned,
         )
 
@@ -218,7 +247,9 @@ class Loader:
         progress: Optional[Callable[[int, int], None]] = None,
     ) -> dict:
         """{name: tensor} for every tensor of the file(s), folder(s) or index(es)."""
-        return _convert(self._loader.load(_paths(paths), progress), framework)
+        _framework_name(framework)  # a bad name fails before the load, not after it
+        tensors = self._loader.load(_paths(paths), progress)
+        return _convert(tensors, framework)
 
     @property
     def stats(self) -> dict:
@@ -234,7 +265,7 @@ def _paths(paths):
 
 def load_safetensors(
     paths: Union[PathLike, Iterable[PathLike]],
-    device: str = "cuda:0",
+    device: Union[str, int] = "cuda:0",
     *,
     framework: Optional[str] = None,
     progress: Optional[Callable[[int, int], None]] = None,
@@ -250,3 +281,7 @@ def load_safetensors(
     next call; :func:`release_idle_engines` lets it go.
     """
     return Loader(device, **options).load(paths, framework=framework, progress=progress)
+
+
+from ._kvikio import CuFile  # noqa: E402  (uses File)
+from ._safetensors import safe_open  # noqa: E402

@@ -9,6 +9,13 @@ from typing_extensions import Self
 __version__: str
 
 _Path = Union[str, PathLike]
+_DeviceName = Union[str, int, Any]  # "cpu", "cuda", "cuda:N", a CUDA ordinal, a torch.device
+
+class ArgumentError(OSError, ValueError):
+    """A bad argument value: both ValueError and OSError with errno EINVAL."""
+
+class _HostBytes:
+    """A CPU tensor's bytes through the buffer protocol (writable)."""
 _Request = Sequence[Any]  # (buf, size=None, file_offset=0, buf_offset=0)
 
 class Tensor:
@@ -38,11 +45,15 @@ class Tensor:
         """(DLPack device type, device id)."""
     def as_bytes(self) -> Tensor:
         """The same memory as a flat U8 tensor (for dtypes a framework lacks)."""
+    def _host_bytes(self) -> _HostBytes:
+        """The bytes of a CPU tensor, writable, through the buffer protocol."""
+    def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> Any:
+        """A writable numpy view of a CPU tensor (TypeError on a GPU)."""
 
 class Loader:
     """The extension's loader; use phoenix_gds.Loader."""
-    def __init__(self, device: str = "cuda:0", engine: str = "auto",
-                 device_map: Optional[Mapping[str, str]] = None, cache: str = "auto",
+    def __init__(self, device: _DeviceName = "cuda:0", engine: str = "auto",
+                 device_map: Optional[Mapping[str, _DeviceName]] = None, cache: str = "auto",
                  chunk_size: int = ..., queue_depth: int = 8, parallel_files: int = 4,
                  pinned: bool = False) -> None: ...
     def warm_up(self, paths: Any) -> None:
@@ -111,7 +122,7 @@ class Device:
     Device("cpu"): host memory, host engine.  Device("cuda:N", engine):
     engine "auto", "direct", "compat" or "cufile".  options: the engine's
     tunables, fixed by the first Device of a GPU and engine in a process."""
-    def __init__(self, device: str = "cpu", engine: str = "auto", *,
+    def __init__(self, device: _DeviceName = "cpu", engine: str = "auto", *,
                  options: Optional[Options] = None) -> None: ...
     def register(self, buf: Any) -> Registration:
         """Registers buf (DLPack, CUDA array interface or buffer protocol) once for many I/Os."""
@@ -143,7 +154,7 @@ class Device:
 
 class File:
     """A file opened for Phoenix I/O (see phoenix_gds.File)."""
-    def __init__(self, path: _Path, mode: str = "r", *, direct: str = "preferred",
+    def __init__(self, path: _Path, mode: str = "r", *, direct: Union[str, bool] = "preferred",
                  engine: str = "auto") -> None: ...
     def pread(self, buf: Any, size: Optional[int] = None, file_offset: int = 0,
               buf_offset: int = 0) -> int:
@@ -155,6 +166,8 @@ class File:
         """Reads many (buf, size, file_offset, buf_offset) at once."""
     def pwrite_batch(self, requests: Iterable[_Request]) -> List[int]:
         """Writes many (buf, size, file_offset, buf_offset) at once."""
+    def read_ranges(self, buf: Any, pieces: Iterable[Tuple[int, int, int]]) -> int:
+        """Reads many (file_offset, buf_offset, size) pieces into buf at once; returns the bytes."""
     def read_into(self, tensor: Any, file_offset: int = 0, size: Optional[int] = None,
                   engine: str = "auto") -> int:
         """pread(tensor, size, file_offset) with this call's engine."""
@@ -184,8 +197,15 @@ class File:
     def __enter__(self) -> Self: ...
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool: ...
 
-def engine_for(device: str = "cuda:0") -> str:
+def engine_for(device: _DeviceName = "cuda:0") -> str:
     """The engine auto picks for a device."""
+
+def read_header(path: _Path) -> Dict[str, Any]:
+    """A .safetensors file's header, validated: {"path", "file_size", "data_offset",
+    "metadata", "tensors": {name: (dtype, shape, file begin, file end)}}."""
+
+def checkpoint_files(path: _Path) -> List[str]:
+    """The .safetensors files a file, folder or index stands for."""
 
 def release_idle_engines() -> int:
     """Stops the engines kept set up after their devices closed; returns how many."""

@@ -136,7 +136,7 @@ BorrowedTensor::BorrowedTensor(PyObject *capsule) {
     managed_->deleter(managed_);
     managed_ = nullptr;
     throw std::system_error(EINVAL, std::system_category(),
-                            "read_into needs a contiguous tensor (strides are not row-major)");
+                            "the tensor is not contiguous (its strides are not row-major)");
   }
   nbytes_ = elements * ((static_cast<std::size_t>(t.dtype.bits) * t.dtype.lanes + 7) / 8);
   data_ = static_cast<std::byte *>(t.data) + t.byte_offset;

@@ -13,6 +13,8 @@
 #include <string>
 #include <system_error>
 
+#include "errors.hpp"
+
 namespace phx::python {
 
 /// @p value as a Python int (operator.index: bool and numpy integers too);
@@ -26,8 +28,8 @@ namespace phx::python {
 [[nodiscard]] bool in_range(const pybind11::int_ &value, const pybind11::int_ &low,
                             const pybind11::int_ &high);
 
-/// @p value as a T: TypeError when it is not an integer, OSError(@p error)
-/// saying "@p what VALUE is out of range [MIN, MAX]" when T cannot hold it.
+/// @p value as a T: TypeError when it is not an integer, ArgumentError (OSError(@p error) for
+/// another errno) saying "@p what VALUE is out of range [MIN, MAX]" when T cannot hold it.
 template <typename T>
 [[nodiscard]] T int_arg(const pybind11::handle &value, const std::string &what,
                         int error = EINVAL) {
@@ -35,9 +37,12 @@ template <typename T>
   const pybind11::int_ low(std::numeric_limits<T>::min());
   const pybind11::int_ high(std::numeric_limits<T>::max());
   if (!in_range(i, low, high)) {
-    throw std::system_error(
-        error, std::system_category(),
-        what + " " + text(i) + " is out of range [" + text(low) + ", " + text(high) + "]");
+    const std::string why =
+        what + " " + text(i) + " is out of range [" + text(low) + ", " + text(high) + "]";
+    if (error == EINVAL) {
+      throw ArgumentError(why);
+    }
+    throw std::system_error(error, std::system_category(), why);
   }
   return i.cast<T>();
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "buffer.hpp"
+#include "errors.hpp"
 #include "int_arg.hpp"
 #include "phoenix/phoenix.hpp"
 #include "phoenix/safetensors.hpp"
@@ -60,8 +61,40 @@ Target parse_target(const std::string &device) {
       return {true, device_for_ordinal(ordinal), ordinal};
     }
   }
-  throw std::system_error(EINVAL, std::system_category(),
-                          R"(device ")" + device + R"(": expected "cpu", "cuda" or "cuda:N")");
+  throw ArgumentError(R"(device ")" + device +
+                      R"(": expected "cpu", "cuda", "cuda:N" or a CUDA ordinal N)");
+}
+
+std::string device_name(const py::handle &device) {
+  if (py::isinstance<py::str>(device)) {
+    return py::cast<std::string>(device);
+  }
+  if (PyLong_Check(device.ptr()) != 0 && PyBool_Check(device.ptr()) == 0) {
+    const auto ordinal = py::reinterpret_borrow<py::int_>(device);
+    if (ordinal < py::int_(0) || ordinal > py::int_(std::numeric_limits<int>::max())) {
+      throw ArgumentError("device " + text(device) + ": a CUDA ordinal is 0 or more");
+    }
+    return "cuda:" + text(device);
+  }
+  // torch.device("cuda", 1) prints as "cuda:1".
+  if (py::hasattr(device, "type") && py::hasattr(device, "index")) {
+    return text(device);
+  }
+  throw ArgumentError("device " + std::string(py::repr(device)) +
+                      R"(: expected "cpu", "cuda", "cuda:N" or a CUDA ordinal N)");
+}
+
+phx::Engine engine_arg(const py::handle &engine, const std::string &what) {
+  if (!py::isinstance<py::str>(engine)) {
+    throw ArgumentError(what + " " + std::string(py::repr(engine)) +
+                        ": expected auto, direct, compat, cufile or host");
+  }
+  try {
+    return phx::parse_engine(py::cast<std::string>(engine));
+  } catch (const std::system_error &e) {
+    throw ArgumentError(what + " \"" + py::cast<std::string>(engine) +
+                        "\": expected auto, direct, compat, cufile or host");
+  }
 }
 
 namespace {
@@ -139,20 +172,20 @@ class PyRegistration {
 
 class PyDevice {
  public:
-  PyDevice(const std::string &target, const std::string &engine,
+  PyDevice(const py::object &target, const py::object &engine_name,
            const std::optional<phx::Options> &options)
-      : name_(target), target_(parse_target(target)) {
-    phx::Engine e = phx::parse_engine(engine);
+      : name_(device_name(target)), target_(parse_target(name_)) {
+    phx::Engine e = engine_arg(engine_name, "Device: engine");
+    const std::string engine(phx::to_string(e));
     if (options && e == phx::Engine::automatic) {
       e = options->engine;
     } else if (options && options->engine != phx::Engine::automatic && options->engine != e) {
-      throw py::value_error("Device: engine=\"" + engine + "\" but options.engine is \"" +
-                            std::string(phx::to_string(options->engine)) + "\"");
+      throw ArgumentError("Device: engine=\"" + engine + "\" but options.engine is \"" +
+                          std::string(phx::to_string(options->engine)) + "\"");
     }
     if (!target_.cuda && e != phx::Engine::automatic && e != phx::Engine::host) {
-      throw std::system_error(
-          EINVAL, std::system_category(),
-          "device cpu: engine \"" + engine + "\" cannot serve host memory (use host)");
+      throw ArgumentError("device cpu: engine \"" + engine +
+                          "\" cannot serve host memory (use host)");
     }
     const py::gil_scoped_release release;
     entry_ = device_entry(target_.device, e, !target_.cuda, options ? &*options : nullptr);
@@ -272,23 +305,36 @@ std::shared_ptr<DeviceEntry> entry_for(const Buffer &b, Range r, phx::Engine eng
   return device_entry(id, engine, false);
 }
 
-int parse_mode(const std::string &mode) {
+int parse_mode(const py::handle &mode_arg) {
   // Every writable mode reads too: an unaligned O_DIRECT write reads the
-  // blocks at its edges before writing them back.
+  // blocks at its edges before writing them back.  "a" keeps what the file
+  // holds and creates it if missing; writes still go where their offset
+  // says (O_APPEND would make Linux's pwrite ignore it).
   static const std::map<std::string, int> modes{{"r", O_RDONLY},
+                                                {"a", O_RDWR | O_CREAT},
+                                                {"a+", O_RDWR | O_CREAT},
                                                 {"r+", O_RDWR},
                                                 {"w", O_RDWR | O_CREAT | O_TRUNC},
                                                 {"w+", O_RDWR | O_CREAT | O_TRUNC},
                                                 {"x", O_RDWR | O_CREAT | O_EXCL},
                                                 {"x+", O_RDWR | O_CREAT | O_EXCL}};
+  const std::string mode =
+      py::isinstance<py::str>(mode_arg) ? py::cast<std::string>(mode_arg) : std::string();
   const auto it = modes.find(mode);
-  if (it == modes.end()) {
-    throw py::value_error("mode \"" + mode + "\": expected r, r+, w, w+, x or x+");
+  if (!py::isinstance<py::str>(mode_arg) || it == modes.end()) {
+    throw ArgumentError("mode " + std::string(py::repr(mode_arg)) +
+                        ": expected r, r+, w, w+, a, a+, x or x+");
   }
   return it->second;
 }
 
-phx::DirectIo parse_direct(const std::string &direct) {
+// True and False as well as the names: True asks for O_DIRECT or an error.
+phx::DirectIo parse_direct(const py::handle &direct_arg) {
+  if (PyBool_Check(direct_arg.ptr()) != 0) {
+    return direct_arg.ptr() == Py_True ? phx::DirectIo::required : phx::DirectIo::off;
+  }
+  const std::string direct =
+      py::isinstance<py::str>(direct_arg) ? py::cast<std::string>(direct_arg) : std::string();
   if (direct == "preferred") {
     return phx::DirectIo::preferred;
   }
@@ -298,8 +344,8 @@ phx::DirectIo parse_direct(const std::string &direct) {
   if (direct == "off") {
     return phx::DirectIo::off;
   }
-  throw std::system_error(EINVAL, std::system_category(),
-                          "direct \"" + direct + "\": expected preferred, required or off");
+  throw ArgumentError("direct " + std::string(py::repr(direct_arg)) +
+                      ": expected preferred, required, off, True or False");
 }
 
 // One request of an I/O, checked with the GIL held.
@@ -315,9 +361,10 @@ struct Request {
 
 class PyFile {
  public:
-  PyFile(const std::filesystem::path &path, const std::string &mode, const std::string &direct,
-         const std::string &engine)
-      : mode_(mode), engine_(phx::parse_engine(engine)) {
+  PyFile(const std::filesystem::path &path, const py::object &mode, const py::object &direct,
+         const py::object &engine)
+      : mode_(py::isinstance<py::str>(mode) ? py::cast<std::string>(mode) : std::string()),
+        engine_(engine_arg(engine, "File: engine")) {
     const int flags = parse_mode(mode);
     const phx::DirectIo d = parse_direct(direct);
     const py::gil_scoped_release release;
@@ -354,8 +401,9 @@ class PyFile {
     return io(true, "pwrite", buf, size, file_offset, buffer_offset, engine_);
   }
   std::size_t read_into(const py::object &buf, const py::object &file_offset,
-                        const py::object &size, const std::string &engine) {
-    return io(false, "read_into", buf, size, file_offset, py::int_(0), phx::parse_engine(engine));
+                        const py::object &size, const py::object &engine) {
+    return io(false, "read_into", buf, size, file_offset, py::int_(0),
+              engine_arg(engine, "read_into: engine"));
   }
 
   std::vector<std::size_t> batch(bool is_write, const py::iterable &requests) {
@@ -363,14 +411,16 @@ class PyFile {
     const char *op = is_write ? "pwrite_batch" : "pread_batch";
     std::vector<Request> reqs;
     for (const py::handle item : requests) {
+      // Every error about a request names it.
+      const std::string label = std::string(op) + " request " + std::to_string(reqs.size());
       if (!py::isinstance<py::tuple>(item) || py::len(item) == 0 || py::len(item) > 4) {
-        throw py::type_error(std::string(op) +
-                             ": each request is a tuple (buf, size, file_offset, buf_offset)");
+        throw py::type_error(label + ": " + std::string(py::repr(item)) +
+                             " is not a tuple (buf, size, file_offset, buf_offset)");
       }
       const auto t = py::reinterpret_borrow<py::tuple>(item);
       const py::object none = py::none();
       const py::object zero = py::int_(0);
-      reqs.push_back(request(is_write, op, t[0], t.size() > 1 ? py::object(t[1]) : none,
+      reqs.push_back(request(is_write, label.c_str(), t[0], t.size() > 1 ? py::object(t[1]) : none,
                              t.size() > 2 ? py::object(t[2]) : zero,
                              t.size() > 3 ? py::object(t[3]) : zero, engine_));
     }
@@ -452,6 +502,82 @@ class PyFile {
     return done;
   }
 
+  // Many (file_offset, buf_offset, size) pieces of this file into one
+  // buffer, merged and issued together by the device's gatherer: a slice of
+  // a tensor is one piece per row.  All or nothing: a piece that fails (or
+  // meets the end of the file, EIO) is the error, naming it.
+  std::size_t read_ranges(const py::object &buf, const py::iterable &pieces) {
+    check();
+    const char *op = "read_ranges";
+    struct Piece {
+      std::uint64_t file_offset;
+      std::size_t buf_offset;
+      std::size_t size;
+    };
+    std::vector<Piece> list;
+    for (const py::handle item : pieces) {
+      const std::string label = std::string(op) + " piece " + std::to_string(list.size());
+      if (!py::isinstance<py::tuple>(item) || py::len(item) != 3) {
+        throw py::type_error(label + ": " + std::string(py::repr(item)) +
+                             " is not a tuple (file_offset, buf_offset, size)");
+      }
+      const auto t = py::reinterpret_borrow<py::tuple>(item);
+      const auto file_offset = int_arg<std::int64_t>(t[0], label + " file_offset");
+      if (file_offset < 0) {
+        throw ArgumentError(label + " file_offset " + text(t[0]) + " is negative");
+      }
+      list.push_back({static_cast<std::uint64_t>(file_offset),
+                      int_arg<std::size_t>(t[1], label + " buf_offset"),
+                      int_arg<std::size_t>(t[2], label + " size")});
+    }
+    Request r = request(false, op, buf, py::none(), py::int_(0), py::int_(0), engine_);
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      if (list[i].buf_offset > r.size || list[i].size > r.size - list[i].buf_offset) {
+        throw ArgumentError(std::string(op) + " " + path_ + ": piece " + std::to_string(i) +
+                            " (buffer offset " + std::to_string(list[i].buf_offset) + ", size " +
+                            std::to_string(list[i].size) + ") passes the buffer's " +
+                            std::to_string(r.size) + " bytes");
+      }
+    }
+    if (r.size == 0) {
+      return 0;
+    }
+    const py::gil_scoped_release release;
+    const std::shared_lock lock(mutex_);
+    phx::File &f = open_file();
+    Lease lease;
+    const Range range = r.range();
+    const Use &use = lease.take(r.device, std::span(&range, 1), std::span(&range, 1)).front();
+    std::size_t total = 0;
+    phx::Gather *gather = r.device->gather();
+    if (gather == nullptr) {
+      for (const Piece &p : list) {
+        if (p.size != 0 &&
+            f.read(use.entry->reg, use.offset + p.buf_offset, p.size, p.file_offset) != p.size) {
+          throw std::system_error(EIO, std::system_category(),
+                                  detail_of(op, p.file_offset, p.size) + ": the file ends first");
+        }
+        total += p.size;
+      }
+      return total;
+    }
+    std::vector<phx::GatherEntry> entries;
+    entries.reserve(list.size());
+    for (const Piece &p : list) {
+      entries.push_back({&f, &use.entry->reg, use.offset + p.buf_offset, p.file_offset, p.size});
+    }
+    const phx::GatherResult result = gather->read(entries);
+    if (!result.ok()) {
+      const phx::GatherFailure &first = result.failures.front();
+      const Piece &p = list[first.index];
+      throw std::system_error(first.error == 0 ? EIO : first.error, std::system_category(),
+                              detail_of(op, p.file_offset, p.size) + " (piece " +
+                                  std::to_string(first.index) + ")" +
+                                  (first.error == 0 ? ": the file ends first" : ""));
+    }
+    return result.bytes;
+  }
+
   void close() {
     const py::gil_scoped_release release;
     const std::unique_lock lock(mutex_);
@@ -481,6 +607,11 @@ class PyFile {
       throw py::value_error("I/O operation on closed file " + path_);
     }
   }
+  [[nodiscard]] std::string detail_of(const char *op, std::uint64_t file_offset,
+                                      std::size_t size) const {
+    return std::string(op) + " " + path_ + ": file offset " + std::to_string(file_offset) +
+           ", size " + std::to_string(size);
+  }
   // Under mutex_ (shared), without the GIL: close() may have won the race.
   phx::File &open_file() {
     if (!file_) {
@@ -500,15 +631,18 @@ class PyFile {
         index_arg(buffer_offset_arg, std::string(op) + " buf_offset");
     const std::optional<py::int_> size_value =
         size.is_none() ? std::nullopt : std::optional(index_arg(size, std::string(op) + " size"));
-    const auto fail = [&](int error, const std::string &why) {
+    const auto context = [&] {
       const bool buffer_offset_given = !buffer_offset_value.equal(py::int_(0));
-      throw std::system_error(
-          error, std::system_category(),
-          std::string(op) + " " + path_ + ": file offset " + text(offset_value) + ", size " +
-              (size_value ? text(*size_value) : "all") +
-              (buffer_offset_given ? ", buffer offset " + text(buffer_offset_value)
-                                   : std::string()) +
-              ": " + why);
+      return std::string(op) + " " + path_ + ": file offset " + text(offset_value) + ", size " +
+             (size_value ? text(*size_value) : "all") +
+             (buffer_offset_given ? ", buffer offset " + text(buffer_offset_value) : std::string());
+    };
+    // EINVAL here is always a value the caller passed.
+    const auto fail = [&](int error, const std::string &why) {
+      if (error == EINVAL) {
+        throw ArgumentError(context() + ": " + why);
+      }
+      throw std::system_error(error, std::system_category(), context() + ": " + why);
     };
     const py::int_ zero(0);
     if (offset_value < zero || buffer_offset_value < zero || (size_value && *size_value < zero)) {
@@ -524,7 +658,15 @@ class PyFile {
     const std::optional<std::int64_t> wanted =
         size_value ? std::optional(size_value->cast<std::int64_t>()) : std::nullopt;
     Request r;
-    r.buffer = std::make_unique<Buffer>(buf, !is_write);
+    try {
+      r.buffer = std::make_unique<Buffer>(buf, !is_write);
+    } catch (const std::system_error &e) {
+      fail(e.code().value(), what_arg_of(e));
+    } catch (const py::value_error &e) {
+      throw ArgumentError(context() + ": " + e.what());
+    } catch (const py::type_error &e) {
+      throw py::type_error(context() + ": " + e.what());
+    }
     const std::size_t capacity = r.buffer->nbytes();
     r.buffer_offset = static_cast<std::size_t>(buffer_offset);
     if (r.buffer_offset > capacity) {
@@ -593,7 +735,7 @@ process and shared by every Device of that GPU and engine, with the first
 one's options: Device(..., options=Options(copy_threads=4)) sizes it, and a
 later Device asking for other options raises OSError(EBUSY).  close() (or
 the end of a with block) closes the registrations made through this Device.)");
-  dev.def(py::init<const std::string &, const std::string &, const std::optional<phx::Options> &>(),
+  dev.def(py::init<const py::object &, const py::object &, const std::optional<phx::Options> &>(),
           py::arg("device") = "cpu", py::arg("engine") = "auto", py::kw_only(),
           py::arg("options") = py::none())
       .def("register", &PyDevice::register_buffer, py::arg("buf"),
@@ -624,8 +766,8 @@ and new (writable modes read too: unaligned O_DIRECT writes read their edge
 blocks).  direct: "preferred" (O_DIRECT where the filesystem has it),
 "required", "off".  engine: for CUDA buffers no open Device has
 registered.  A context manager; close() waits for I/O in flight.)");
-  file.def(py::init<const std::filesystem::path &, const std::string &, const std::string &,
-                    const std::string &>(),
+  file.def(py::init<const std::filesystem::path &, const py::object &, const py::object &,
+                    const py::object &>(),
            py::arg("path"), py::arg("mode") = "r", py::kw_only(), py::arg("direct") = "preferred",
            py::arg("engine") = "auto")
       .def("pread", &PyFile::pread, py::arg("buf"), py::arg("size") = py::none(),
@@ -647,6 +789,10 @@ io_uring; returns the bytes read by each, in order.  size may be None
           "pwrite_batch",
           [](PyFile &f, const py::iterable &requests) { return f.batch(true, requests); },
           py::arg("requests"), "pread_batch's write counterpart.")
+      .def("read_ranges", &PyFile::read_ranges, py::arg("buf"), py::arg("pieces"),
+           R"(Reads many (file_offset, buf_offset, size) pieces into buf at once, merged
+into few large requests; returns the bytes read.  A piece that meets the end
+of the file is OSError(EIO).)")
       .def("read_into", &PyFile::read_into, py::arg("tensor"), py::arg("file_offset") = 0,
            py::arg("size") = py::none(), py::arg("engine") = "auto",
            "pread(tensor, size, file_offset) with this call's engine (the original API).")

@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "dlpack_export.hpp"
+#include "errors.hpp"
 #include "int_arg.hpp"
 #include "io.hpp"
 #include "options.hpp"
@@ -27,7 +28,8 @@ namespace st = phx::safetensors;
 namespace phx::python {
 namespace {
 
-st::CachePolicy parse_cache(const std::string &name) {
+st::CachePolicy parse_cache(const py::handle &arg) {
+  const std::string name = py::isinstance<py::str>(arg) ? py::cast<std::string>(arg) : "";
   if (name == "auto") {
     return st::CachePolicy::automatic;
   }
@@ -37,8 +39,8 @@ st::CachePolicy parse_cache(const std::string &name) {
   if (name == "buffered") {
     return st::CachePolicy::buffered;
   }
-  throw std::system_error(EINVAL, std::system_category(),
-                          "cache \"" + name + "\": expected auto, direct or buffered");
+  throw ArgumentError("cache " + std::string(py::repr(arg)) +
+                      ": expected auto, direct or buffered");
 }
 
 std::vector<std::filesystem::path> to_paths(const py::object &paths) {
@@ -77,8 +79,8 @@ py::dict tensors_dict(const st::LoadedCheckpoint &loaded) {
 // Loader bound to one target device (or a device map), devices kept open.
 class PyLoader {
  public:
-  PyLoader(const std::string &device, const std::string &engine, const py::object &device_map,
-           const std::string &cache, const py::object &chunk_size, const py::object &queue_depth,
+  PyLoader(const py::object &device, const py::object &engine, const py::object &device_map,
+           const py::object &cache, const py::object &chunk_size, const py::object &queue_depth,
            const py::object &parallel_files, bool pinned)
       : loader_(make_options(device, engine, device_map, cache, chunk_size, queue_depth,
                              parallel_files, pinned)) {}
@@ -127,21 +129,31 @@ class PyLoader {
   }
 
  private:
-  static st::LoadOptions make_options(const std::string &device, const std::string &engine,
-                                      const py::object &device_map, const std::string &cache,
+  static st::LoadOptions make_options(const py::object &device_arg, const py::object &engine_name,
+                                      const py::object &device_map, const py::object &cache,
                                       const py::object &chunk_size, const py::object &queue_depth,
                                       const py::object &parallel_files, bool pinned) {
     st::LoadOptions o;
-    const Target target = parse_target(device);
-    o.engine = target.cuda ? phx::parse_engine(engine) : phx::Engine::host;
-    if (!target.cuda && engine != "auto" && engine != "host") {
-      throw std::system_error(EINVAL, std::system_category(),
-                              "engine \"" + engine + "\" cannot load to the CPU (use host)");
+    const Target target = parse_target(device_name(device_arg));
+    const phx::Engine engine = engine_arg(engine_name, "load options: engine");
+    o.engine = target.cuda ? engine : phx::Engine::host;
+    if (!target.cuda && engine != phx::Engine::automatic && engine != phx::Engine::host) {
+      throw ArgumentError("engine \"" + std::string(phx::to_string(engine)) +
+                          "\" cannot load to the CPU (use host)");
     }
     o.devices.default_device = target.device;
     if (!device_map.is_none()) {
-      for (const auto &[prefix, dev] : py::cast<std::map<std::string, std::string>>(device_map)) {
-        o.devices.prefixes.emplace_back(prefix, parse_target(dev).device);
+      if (!py::isinstance<py::dict>(device_map)) {
+        throw ArgumentError("device_map " + std::string(py::repr(device_map)) +
+                            ": expected a dict {tensor name prefix: device}");
+      }
+      for (const auto &[prefix, dev] : py::reinterpret_borrow<py::dict>(device_map)) {
+        if (!py::isinstance<py::str>(prefix)) {
+          throw ArgumentError("device_map key " + std::string(py::repr(prefix)) +
+                              ": expected a tensor name prefix (str)");
+        }
+        o.devices.prefixes.emplace_back(py::cast<std::string>(prefix),
+                                        parse_target(device_name(dev)).device);
       }
     }
     o.cache = parse_cache(cache);
@@ -156,6 +168,35 @@ class PyLoader {
   st::LoadStats last_stats_;
 };
 
+// A CPU tensor's bytes through the buffer protocol (writable, as numpy
+// arrays are), keeping its memory alive; CUDA tensors never get one, so
+// the buffer callback cannot fail.
+struct HostBytes {
+  std::byte *data = nullptr;
+  std::size_t nbytes = 0;
+  std::shared_ptr<st::Allocation> owner;
+};
+
+// One file's header, validated by the library: what safe_open serves.
+py::dict header_dict(const st::FileHeader &h) {
+  py::dict tensors;
+  for (const st::TensorInfo &t : h.tensors) {
+    py::tuple shape(t.shape.size());
+    for (std::size_t i = 0; i < t.shape.size(); ++i) {
+      shape[i] = t.shape[i];
+    }
+    tensors[py::str(t.name)] = py::make_tuple(std::string(st::to_string(t.dtype)), shape,
+                                              h.data_offset() + t.begin, h.data_offset() + t.end);
+  }
+  py::dict out;
+  out["path"] = h.path.string();
+  out["file_size"] = h.file_size;
+  out["data_offset"] = h.data_offset();
+  out["metadata"] = h.metadata;
+  out["tensors"] = tensors;
+  return out;
+}
+
 py::tuple shape_tuple(const TensorHandle &t) {
   py::tuple shape(t.shape.size());
   for (std::size_t i = 0; i < t.shape.size(); ++i) {
@@ -168,23 +209,12 @@ py::tuple shape_tuple(const TensorHandle &t) {
 }  // namespace phx::python
 
 PYBIND11_MODULE(_phoenix, m) {
+  using phx::python::ArgumentError;
   using phx::python::PyLoader;
   using phx::python::TensorHandle;
   m.doc() = "libphoenix: safetensors checkpoints straight into GPU memory";
 
-  // errno-carrying failures become OSError with the errno set.
-  // NOLINTNEXTLINE(performance-unnecessary-value-param): pybind11 fixes the signature
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) {
-        std::rethrow_exception(p);
-      }
-    } catch (const std::system_error &e) {
-      py::object error =
-          py::module_::import("builtins").attr("OSError")(e.code().value(), e.what());
-      PyErr_SetObject(PyExc_OSError, error.ptr());
-    }
-  });
+  phx::python::register_errors(m);
 
   py::class_<TensorHandle>(m, "Tensor",
                            "A loaded tensor; hand it to torch/cupy/jax/numpy.from_dlpack")
@@ -232,6 +262,17 @@ PYBIND11_MODULE(_phoenix, m) {
             return raw;
           },
           "The same memory as a flat U8 tensor (for dtypes a framework lacks)")
+      .def(
+          "_host_bytes",
+          [](const TensorHandle &t) {
+            if (t.cuda) {
+              throw ArgumentError("tensor " + t.name +
+                                  " is on cuda:" + std::to_string(t.cuda_ordinal) +
+                                  ", not in host memory: copy it to the CPU first");
+            }
+            return phx::python::HostBytes{t.data, t.nbytes, t.owner};
+          },
+          "The bytes of a CPU tensor, writable, through the buffer protocol.")
       .def("__repr__", [](const TensorHandle &t) {
         std::string shape;
         for (const std::int64_t d : t.shape) {
@@ -242,10 +283,36 @@ PYBIND11_MODULE(_phoenix, m) {
                (t.cuda ? "cuda:" + std::to_string(t.cuda_ordinal) : std::string("cpu")) + ")";
       });
 
+  py::class_<phx::python::HostBytes>(m, "_HostBytes", py::buffer_protocol())
+      .def_buffer([](phx::python::HostBytes &h) {
+        return py::buffer_info(h.data, 1, py::format_descriptor<std::uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(h.nbytes)}, {py::ssize_t{1}}, false);
+      });
+
+  m.def(
+      "read_header",
+      [](const std::filesystem::path &path) {
+        st::FileHeader h;
+        {
+          const py::gil_scoped_release release;
+          h = st::read_header(path);
+        }
+        return phx::python::header_dict(h);
+      },
+      py::arg("path"),
+      R"(A .safetensors file's header, validated: {"path", "file_size", "data_offset",
+"metadata", "tensors": {name: (dtype, shape, file begin, file end)}}.)");
+  m.def(
+      "checkpoint_files",
+      [](const std::filesystem::path &path) {
+        const py::gil_scoped_release release;
+        return st::checkpoint_files(path);
+      },
+      py::arg("path"), "The .safetensors files a file, folder or index stands for.");
+
   py::class_<PyLoader>(m, "Loader")
-      .def(py::init<const std::string &, const std::string &, const py::object &,
-                    const std::string &, const py::object &, const py::object &, const py::object &,
-                    bool>(),
+      .def(py::init<const py::object &, const py::object &, const py::object &, const py::object &,
+                    const py::object &, const py::object &, const py::object &, bool>(),
            py::arg("device") = "cuda:0", py::arg("engine") = "auto",
            py::arg("device_map") = py::none(), py::arg("cache") = "auto",
            py::arg("chunk_size") = py::int_(std::size_t{32} << 20),
@@ -260,8 +327,8 @@ PYBIND11_MODULE(_phoenix, m) {
 
   m.def(
       "engine_for",
-      [](const std::string &device) {
-        const phx::python::Target t = phx::python::parse_target(device);
+      [](const py::object &device) {
+        const phx::python::Target t = phx::python::parse_target(phx::python::device_name(device));
         if (!t.cuda) {
           return std::string("host");
         }

@@ -41,6 +41,19 @@ std::vector<Range> merged(std::span<const Range> ranges) {
 DeviceEntry::DeviceEntry(int id, const phx::Options &options, bool cpu)
     : device_(phx::Device::open(id, options)), cpu_(cpu) {}
 
+phx::Gather *DeviceEntry::gather() {
+  std::call_once(gather_once_, [this] {
+    try {
+      gather_ = std::make_unique<phx::Gather>(device_);
+    } catch (const std::system_error &e) {
+      if (e.code().value() != ENOTSUP) {
+        throw;  // call_once tries again next time
+      }
+    }
+  });
+  return gather_.get();
+}
+
 std::shared_ptr<RegEntry> DeviceEntry::covering(Range r, bool *blocked) {
   auto it = entries_.upper_bound(r.start);
   if (it != entries_.begin()) {

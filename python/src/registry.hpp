@@ -17,6 +17,7 @@
 #include <span>
 #include <vector>
 
+#include "phoenix/gather.hpp"
 #include "phoenix/phoenix.hpp"
 
 namespace phx::python {
@@ -71,6 +72,11 @@ class DeviceEntry {
   /// Ends the I/Os acquire() started.
   void release(std::span<const Use> uses);
 
+  /// The device's gatherer (many file ranges into one registration as few
+  /// large requests), started on first use; null when the engine has no
+  /// gather (cufile).  Its operations run one at a time.
+  [[nodiscard]] phx::Gather *gather();
+
   /// Whether a live registration covers @p range.
   [[nodiscard]] bool covers(Range range);
   /// Live registrations (explicit and transient).
@@ -92,6 +98,8 @@ class DeviceEntry {
   std::condition_variable freed_;
   std::map<std::uintptr_t, std::shared_ptr<RegEntry>> entries_;
   std::uint64_t registered_total_ = 0;
+  std::once_flag gather_once_;
+  std::unique_ptr<phx::Gather> gather_;
 };
 
 /// The process's entry for (@p id, @p engine resolved), opened on first use

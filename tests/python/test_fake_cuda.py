@@ -102,6 +102,21 @@ def child(scratch):
         assert f.pwrite(gpu, size - 1, 0, 1) == size - 1
     assert out.read_bytes() == data[1:].tobytes()
 
+    # Pieces gathered into device memory (the shape of a column slice), through the compat engine.
+    pieces = [(k * 8192 + 100, k * 1000, 1000) for k in range(64)]
+    target = FakeCudaArray(64 * 1000)
+    with phx.File(path) as f:
+        assert f.read_ranges(target, pieces) == 64 * 1000
+    expect = b"".join(data[o:o + n].tobytes() for o, _, n in pieces)
+    assert target.host().tobytes() == expect
+    # A write that the read-only file refuses says its reason once.
+    with phx.File(path) as f:
+        try:
+            f.pwrite(gpu, 4096, 0, 0)
+            raise AssertionError("wrote through a read-only file")
+        except OSError as error:
+            assert str(error).count(os.strerror(error.errno)) == 1, str(error)
+
     # Every Device is closed: the GPU's engine stays set up until released.
     assert phx.release_idle_engines() == 1
     assert phx.release_idle_engines() == 0

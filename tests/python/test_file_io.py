@@ -153,7 +153,7 @@ def test_modes_and_open_errors(phx, tmp_path, blob):
     with pytest.raises(FileExistsError):
         phx.File(path, "x")
     with pytest.raises(ValueError, match="mode"):
-        phx.File(path, "a")
+        phx.File(path, "rw")
     with pytest.raises(OSError) as info:
         phx.File(path, direct="sometimes")
     assert info.value.errno == errno.EINVAL

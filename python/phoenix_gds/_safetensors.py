@@ -1,0 +1,254 @@
+# SPDX-License-Identifier: MIT
+"""safetensors' face: ``safe_open`` with keys, metadata, whole tensors and
+slices, each read straight into its destination on the target device.
+
+The header is read and validated by libphoenix (the same checks as the
+loader).  A slice reads only its own bytes: one piece per run of contiguous
+elements (a row shard is one piece, a column shard one piece per row),
+all handed to File.read_ranges, which merges neighbours and issues them
+together into the destination tensor.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from . import _phoenix
+from ._convert import NUMPY_DTYPES, TORCH_DTYPES, framework_name, numpy_dtype
+from ._phoenix import ArgumentError
+
+_ELEMENT_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "I16": 2,
+                  "F16": 2, "BF16": 2, "U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8,
+                  "F64": 8}
+
+
+def _prod(values: Sequence[int]) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
+def _normalize(key: Any, shape: Tuple[int, ...], name: str) -> Tuple[List[Tuple[int, int]],
+                                                                     List[int]]:
+    """A numpy-style index (ints, slices of step 1, one Ellipsis) -> per
+    dimension [start, stop) and the result's shape."""
+    items = list(key) if isinstance(key, tuple) else [key]
+    if sum(1 for k in items if k is Ellipsis) > 1:
+        raise ArgumentError(errno.EINVAL, f"tensor {name!r}: an index can have one Ellipsis")
+    if Ellipsis in items:
+        at = items.index(Ellipsis)
+        fill = len(shape) - (len(items) - 1)
+        items[at:at + 1] = [slice(None)] * max(fill, 0)
+    if len(items) > len(shape):
+        raise ArgumentError(errno.EINVAL, f"tensor {name!r} has {len(shape)} dimensions; "
+                                          f"the index {key!r} has {len(items)}")
+    items += [slice(None)] * (len(shape) - len(items))
+    ranges: List[Tuple[int, int]] = []
+    out_shape: List[int] = []
+    for dim, (item, extent) in enumerate(zip(items, shape)):
+        if isinstance(item, slice):
+            start, stop, step = item.indices(extent)
+            if step != 1:
+                raise ArgumentError(errno.EINVAL, f"tensor {name!r}, dimension {dim}: slice step "
+                                                  f"{item.step} (only step 1 is read in place)")
+            stop = max(stop, start)
+            ranges.append((start, stop))
+            out_shape.append(stop - start)
+            continue
+        try:
+            index = item.__index__()
+        except (AttributeError, TypeError):
+            raise TypeError(f"tensor {name!r}, dimension {dim}: index {item!r} is neither an "
+                            "integer, a slice nor Ellipsis") from None
+        if not -extent <= index < extent:
+            raise IndexError(f"tensor {name!r}, dimension {dim}: index {index} is out of range "
+                             f"for size {extent}")
+        index %= extent
+        ranges.append((index, index + 1))
+    return ranges, out_shape
+
+
+def slice_pieces(shape: Tuple[int, ...], element: int, begin: int,
+                 ranges: List[Tuple[int, int]]) -> List[Tuple[int, int, int]]:
+    """The (file_offset, buf_offset, size) pieces of a row-major tensor at
+    file offset ``begin`` that hold the elements of ``ranges``, in the
+    order they land in a contiguous destination."""
+    if any(stop == start for start, stop in ranges):
+        return []
+    # The innermost dimensions taken whole read as one run with the first
+    # dimension (from the inside) that is cut.
+    cut = len(shape) - 1
+    while cut >= 0 and ranges[cut] == (0, shape[cut]):
+        cut -= 1
+    if cut < 0:
+        return [(begin, 0, _prod(shape) * element)]
+    strides = [_prod(shape[d + 1:]) * element for d in range(len(shape))]
+    run = (ranges[cut][1] - ranges[cut][0]) * strides[cut]
+    first = begin + ranges[cut][0] * strides[cut]
+    outer = [range(start, stop) for start, stop in ranges[:cut]]
+    pieces = []
+    for k, index in enumerate(itertools.product(*outer)):
+        offset = first + sum(i * s for i, s in zip(index, strides))
+        pieces.append((offset, k * run, run))
+    return pieces
+
+
+class _Target:
+    """Where tensors go: a framework and a device, with the destination
+    allocated there as raw bytes and viewed as the tensor's dtype."""
+
+    def __init__(self, framework: Any, device: Any):
+        self.framework = framework_name(framework, allow_none=False)
+        if self.framework not in ("torch", "numpy"):
+            raise ArgumentError(errno.EINVAL, f"framework {framework!r}: safe_open serves 'pt' "
+                                              "(torch) and 'np' (numpy)")
+        self.device = _device_text(device)
+        if self.framework == "numpy" and self.device != "cpu":
+            raise ArgumentError(errno.EINVAL, f"device {device!r}: numpy arrays live on the cpu")
+        if self.framework == "torch":
+            import torch
+
+            self.torch = torch
+            self.torch_device = torch.device(self.device)
+
+    def empty_bytes(self, nbytes: int) -> Any:
+        if self.framework == "torch":
+            return self.torch.empty(nbytes, dtype=self.torch.uint8, device=self.torch_device)
+        import numpy
+
+        return numpy.empty(nbytes, dtype=numpy.uint8)
+
+    def check_dtype(self, dtype: str, name: str) -> None:
+        if self.framework == "numpy":
+            numpy_dtype(dtype, name)  # TypeError for BF16 and F8, as safetensors' numpy
+        elif not hasattr(self.torch, TORCH_DTYPES[dtype]):
+            raise TypeError(f"tensor {name!r} is {dtype}, which this torch lacks")
+
+    def view(self, raw: Any, dtype: str, shape: Sequence[int], name: str) -> Any:
+        if self.framework == "torch":
+            return raw.view(getattr(self.torch, TORCH_DTYPES[dtype])).reshape(tuple(shape))
+        return raw.view(numpy_dtype(dtype, name)).reshape(tuple(shape))
+
+
+def _device_text(device: Any) -> str:
+    if isinstance(device, bool):
+        raise ArgumentError(errno.EINVAL, f"device {device!r}: expected 'cpu', 'cuda', 'cuda:N' "
+                                          "or a CUDA ordinal N")
+    if isinstance(device, int):
+        if device < 0:
+            raise ArgumentError(errno.EINVAL, f"device {device}: a CUDA ordinal is 0 or more")
+        return f"cuda:{device}"
+    text = str(device) if hasattr(device, "type") else device
+    if not isinstance(text, str) or not (text in ("cpu", "cuda") or text.startswith("cuda:")):
+        raise ArgumentError(errno.EINVAL, f"device {device!r}: expected 'cpu', 'cuda', 'cuda:N' "
+                                          "or a CUDA ordinal N")
+    return "cuda:0" if text == "cuda" else text
+
+
+class TensorSlice:
+    """One tensor of a safe_open file, to be sliced: ``get_shape()``,
+    ``get_dtype()``, and ``[index]`` (integers, slices of step 1,
+    Ellipsis), which reads only the bytes the index selects."""
+
+    def __init__(self, owner: "safe_open", name: str):
+        self._owner = owner
+        self._name = name
+        self._dtype, self._shape, self._begin, self._end = owner._entry(name)
+
+    def get_shape(self) -> List[int]:
+        """The tensor's shape."""
+        return list(self._shape)
+
+    def get_dtype(self) -> str:
+        """The safetensors dtype ("F32", "BF16"...)."""
+        return self._dtype
+
+    def __getitem__(self, key: Any) -> Any:
+        ranges, out_shape = _normalize(key, self._shape, self._name)
+        pieces = slice_pieces(self._shape, _ELEMENT_BYTES[self._dtype], self._begin, ranges)
+        return self._owner._read(self._name, self._dtype, out_shape, pieces)
+
+    def __repr__(self) -> str:
+        return f"<phoenix_gds TensorSlice {self._name!r} {self._dtype} {list(self._shape)}>"
+
+
+class safe_open:  # noqa: N801  (safetensors' name)
+    """``safe_open(filename, framework, device="cpu")``, as safetensors':
+    ``keys()``, ``metadata()``, ``get_tensor(name)``, ``get_slice(name)``.
+
+    framework: "pt" (or "torch") or "np" (or "numpy").  device: "cpu",
+    "cuda", "cuda:N", an integer N or a torch.device.  Each tensor (or
+    slice) is read with libphoenix straight into memory allocated on the
+    device: the direct engine where phxfs serves the GPU, else the compat
+    engine's staged copies, the host engine for the CPU.  A context manager;
+    ``close()`` closes the file.  The header is validated before anything is
+    read (OSError EINVAL naming the file and the problem).
+    """
+
+    def __init__(self, filename: Union[str, os.PathLike], framework: str, device: Any = "cpu"):
+        from . import File
+
+        self._target = _Target(framework, device)
+        self._header = _phoenix.read_header(os.fspath(filename))
+        self._tensors: Dict[str, tuple] = self._header["tensors"]
+        self._file = File(filename, "r")
+
+    def __enter__(self) -> "safe_open":
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        self.close()
+        return False
+
+    def close(self) -> None:
+        """Closes the file. Idempotent."""
+        self._file.close()
+
+    def keys(self) -> List[str]:
+        """The tensors' names, sorted."""
+        return sorted(self._tensors)
+
+    def offset_keys(self) -> List[str]:
+        """The tensors' names in the order of their data in the file."""
+        return sorted(self._tensors, key=lambda name: self._tensors[name][2])
+
+    def metadata(self) -> Optional[Dict[str, str]]:
+        """The header's ``__metadata__``, or None without one."""
+        return dict(self._header["metadata"]) or None
+
+    def get_tensor(self, name: str) -> Any:
+        """The whole tensor, on the device."""
+        dtype, shape, begin, end = self._entry(name)
+        return self._read(name, dtype, list(shape), [(begin, 0, end - begin)] if end > begin else [])
+
+    def get_slice(self, name: str) -> TensorSlice:
+        """The tensor, to be sliced: ``f.get_slice("w")[:, 0:512]`` reads only those columns."""
+        return TensorSlice(self, name)
+
+    def _entry(self, name: str) -> tuple:
+        entry = self._tensors.get(name)
+        if entry is None:
+            raise KeyError(f"{self._header['path']}: no tensor {name!r}")
+        return entry
+
+    def _read(self, name: str, dtype: str, shape: List[int],
+              pieces: List[Tuple[int, int, int]]) -> Any:
+        self._target.check_dtype(dtype, name)
+        nbytes = _prod(shape) * _ELEMENT_BYTES[dtype]
+        raw = self._target.empty_bytes(nbytes)
+        if pieces:
+            read = self._file.read_ranges(raw, pieces)
+            if read != nbytes:
+                raise OSError(errno.EIO, f"{self._header['path']}: tensor {name!r}: read {read} "
+                                         f"of {nbytes} bytes")
+        return self._target.view(raw, dtype, shape, name)
+
+    def __repr__(self) -> str:
+        return f"<phoenix_gds.safe_open {self._header['path']!r}>"
+
+
+__all__ = ["safe_open", "TensorSlice", "slice_pieces", "NUMPY_DTYPES"]

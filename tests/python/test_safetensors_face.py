@@ -1,0 +1,218 @@
+# SPDX-License-Identifier: MIT
+"""The calls safetensors users make, on the CPU with numpy: load_file,
+safe_open (keys, metadata, get_tensor, get_slice) whose slices read only
+their bytes, "np"/"pt" names, integer devices, and numpy's __array__ on
+CPU Tensors.  Every value is compared with numpy's own indexing of the
+arrays the file was written from."""
+
+import errno
+import json
+
+import pytest
+
+from conftest import numpy, random_tensors
+
+
+@pytest.fixture
+def weights():
+    rng = numpy.random.default_rng(21)
+    return {
+        "w2d": rng.standard_normal((37, 53)).astype(numpy.float32),
+        "w3d": rng.integers(-1000, 1000, (5, 7, 11), dtype=numpy.int16),
+        "bias": rng.standard_normal(29).astype(numpy.float64),
+        "flags": rng.integers(0, 2, (3, 4)).astype(numpy.bool_),
+        "scalar": numpy.array(3.5, dtype=numpy.float32),
+        "empty": numpy.zeros((0, 4), dtype=numpy.uint8),
+    }
+
+
+def test_numpy_load_file_returns_writable_arrays(phx, make_file, weights):
+    from phoenix_gds.numpy import load_file
+
+    path = make_file("m.safetensors", weights, gap=3)
+    got = load_file(path)
+    assert sorted(got) == sorted(weights)
+    for name, array in weights.items():
+        assert isinstance(got[name], numpy.ndarray)
+        assert got[name].dtype == array.dtype and got[name].shape == array.shape
+        assert got[name].tobytes() == array.tobytes(), name
+        assert got[name].flags.writeable, name
+    got["w2d"][0, 0] = 42.0
+    assert got["w2d"][0, 0] == 42.0
+
+
+def test_cpu_tensors_speak_numpy(phx, make_file, weights):
+    path = make_file("m.safetensors", weights)
+    tensors = phx.load_safetensors(path, device="cpu")
+    array = numpy.asarray(tensors["w3d"])
+    assert array.dtype == numpy.int16 and array.shape == (5, 7, 11)
+    assert array.tobytes() == weights["w3d"].tobytes()
+    array[0, 0, 0] = 7
+    assert numpy.asarray(tensors["w3d"])[0, 0, 0] == 7  # a view, not a copy
+    assert numpy.asarray(tensors["bias"], dtype=numpy.float32).dtype == numpy.float32
+    assert numpy.array(tensors["bias"], copy=True).tobytes() == weights["bias"].tobytes()
+
+
+def test_framework_and_device_names(phx, make_file, weights):
+    path = make_file("m.safetensors", weights)
+    for framework in ("np", "numpy"):
+        got = phx.load_safetensors(path, device="cpu", framework=framework)
+        assert got["bias"].tobytes() == weights["bias"].tobytes()
+    with pytest.raises(ValueError, match="'tensorflow'"):
+        phx.load_safetensors(path, device="cpu", framework="tensorflow")
+    # An integer device is a CUDA ordinal: accepted as such (this machine
+    # may have no GPU: then ENODEV, not an argument error).
+    try:
+        phx.Loader(0)
+    except OSError as error:
+        assert error.errno == errno.ENODEV and not isinstance(error, ValueError)
+    with pytest.raises(ValueError, match="device -1"):
+        phx.Loader(-1)
+
+
+def test_safe_open_keys_metadata_and_tensors(phx, make_file, weights):
+    path = make_file("m.safetensors", weights, gap=5, metadata={"format": "np", "k": "v"})
+    with phx.safe_open(path, framework="np") as f:
+        assert f.keys() == sorted(weights)
+        assert f.metadata() == {"format": "np", "k": "v"}
+        for name, array in weights.items():
+            got = f.get_tensor(name)
+            assert got.dtype == array.dtype and got.shape == array.shape, name
+            assert got.tobytes() == array.tobytes(), name
+            assert got.flags.writeable
+        with pytest.raises(KeyError, match="nope"):
+            f.get_tensor("nope")
+    plain = make_file("plain.safetensors", {"a": weights["bias"]})
+    with phx.safe_open(plain, framework="numpy", device="cpu") as f:
+        assert f.metadata() is None
+
+
+SLICES = [
+    (slice(None), slice(0, 20)),       # a column shard: one piece per row
+    (slice(10, 20),),                  # a row shard: one piece
+    (slice(3, 30), slice(7, 50)),
+    (5,),
+    (5, slice(1, 9)),
+    (-1, -1),
+    (Ellipsis, slice(52, 53)),
+    (slice(0, 0),),
+    (slice(30, 100),),                 # clipped like numpy
+]
+
+SLICES_3D = [
+    (slice(1, 3), slice(None), slice(2, 5)),
+    (Ellipsis, 4),
+    (2, Ellipsis),
+    (slice(None), slice(0, 7), slice(0, 11)),
+    (slice(4, 5), slice(6, 7)),
+]
+
+
+def test_get_slice_equals_numpy_indexing(phx, make_file, weights):
+    path = make_file("m.safetensors", weights, gap=1)
+    with phx.safe_open(path, framework="np") as f:
+        w = f.get_slice("w2d")
+        assert w.get_shape() == [37, 53] and w.get_dtype() == "F32"
+        for key in SLICES:
+            expected = weights["w2d"][key]
+            got = w[key]
+            assert got.shape == expected.shape, key
+            assert got.tobytes() == numpy.ascontiguousarray(expected).tobytes(), key
+        cube = f.get_slice("w3d")
+        for key in SLICES_3D:
+            expected = weights["w3d"][key]
+            got = cube[key]
+            assert got.shape == expected.shape, key
+            assert got.tobytes() == numpy.ascontiguousarray(expected).tobytes(), key
+        with pytest.raises(ValueError, match="step"):
+            w[::2]
+        with pytest.raises(IndexError):
+            w[37]
+        with pytest.raises(ValueError, match="dimensions"):
+            w[1, 2, 3]
+
+
+def test_a_slice_reads_only_its_bytes(phx):
+    from phoenix_gds._safetensors import slice_pieces
+
+    # A column half of a [rows, cols] F16 weight at file offset 1000.
+    pieces = slice_pieces((64, 128), 2, 1000, [(0, 64), (64, 128)])
+    assert len(pieces) == 64
+    assert sum(size for _, _, size in pieces) == 64 * 64 * 2
+    assert pieces[0] == (1000 + 64 * 2, 0, 128) and pieces[1] == (1000 + 256 + 128, 128, 128)
+    # A row half is one piece.
+    assert slice_pieces((64, 128), 2, 1000, [(32, 64), (0, 128)]) == [(1000 + 32 * 256, 0, 32 * 256)]
+    assert slice_pieces((64, 128), 2, 0, [(0, 64), (0, 0)]) == []
+
+
+def test_a_slice_never_touches_bytes_outside_it(phx, tmp_path, weights):
+    # The bytes outside the selected columns are cut out of the file
+    # (a sparse hole reads as zeros): the slice must still be exact.
+    from conftest import write_safetensors
+
+    path = tmp_path / "holes.safetensors"
+    w = numpy.arange(64 * 128, dtype=numpy.float32).reshape(64, 128)
+    write_safetensors(path, {"w": w})
+    with phx.safe_open(path, framework="np") as f:
+        _, _, begin, _ = f._entry("w")
+    raw = bytearray(path.read_bytes())
+    for row in range(64):
+        lo = begin + row * 512
+        raw[lo:lo + 256] = b"\xff" * 256   # columns 0..63 spoiled
+    path.write_bytes(bytes(raw))
+    with phx.safe_open(path, framework="np") as f:
+        assert f.get_slice("w")[:, 64:].tobytes() == w[:, 64:].tobytes()
+
+
+def test_tensor_parallel_example_runs(phx, tmp_path):
+    import runpy
+    import sys
+    from pathlib import Path
+
+    from conftest import write_safetensors
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "python" / "tensor_parallel.py"
+    rng = numpy.random.default_rng(5)
+    tensors = {f"layers.{i}.{kind}": rng.standard_normal((16, 24)).astype(numpy.float32)
+               for i in range(2) for kind in ("q_proj.weight", "o_proj.weight")}
+    path = tmp_path / "model.safetensors"
+    write_safetensors(path, tensors)
+    argv = sys.argv
+    try:
+        sys.argv = [str(example), str(path), "--world-size", "2", "--framework", "np",
+                    "--verify"]
+        runpy.run_path(str(example), run_name="__main__")
+    finally:
+        sys.argv = argv
+
+
+def test_a_folder_and_its_index_are_checked_alike(phx, tmp_path):
+    from conftest import write_safetensors
+
+    a = random_tensors(1, prefix="a")
+    b = random_tensors(2, prefix="b")
+    write_safetensors(tmp_path / "s1.safetensors", a)
+    write_safetensors(tmp_path / "s2.safetensors", b)
+    weight_map = {name: "s1.safetensors" for name in a}
+    weight_map.update({name: "s2.safetensors" for name in b})
+    weight_map["ghost"] = "s2.safetensors"   # a tensor no shard has
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": weight_map}))
+    for path in (index, tmp_path):
+        with pytest.raises(OSError, match="ghost") as info:
+            phx.load_safetensors(path, device="cpu")
+        assert info.value.errno == errno.EINVAL
+    del weight_map["ghost"]
+    del weight_map["a.0.weight"]   # a shard tensor the index leaves out
+    index.write_text(json.dumps({"weight_map": weight_map}))
+    for path in (index, tmp_path):
+        with pytest.raises(OSError, match="a.0.weight") as info:
+            phx.load_safetensors(path, device="cpu")
+        assert info.value.errno == errno.EINVAL
+    # An index under another name is read as an index, not as a shard.
+    weight_map["a.0.weight"] = "s1.safetensors"
+    other = tmp_path / "weights.json"
+    other.write_text(json.dumps({"weight_map": weight_map}))
+    index.unlink()
+    got = phx.load_safetensors(other, device="cpu", framework="np")
+    assert sorted(got) == sorted(weight_map)
