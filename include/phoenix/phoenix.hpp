@@ -307,6 +307,10 @@ class PHX_EXPORT File {
   [[nodiscard]] std::size_t offset_alignment() const noexcept { return offset_align_; }
   [[nodiscard]] std::size_t memory_alignment() const noexcept { return memory_align_; }
   [[nodiscard]] std::uint64_t size() const;
+  /// Fraction (0 to 1) of [@p offset, @p offset + @p length) that the page
+  /// cache holds (mincore; exact up to 64 MiB, sampled past that; 0 when it
+  /// cannot be told): whether a buffered read would be served from memory.
+  [[nodiscard]] double cached_fraction(std::uint64_t offset, std::uint64_t length) const noexcept;
 
   /// Reads @p size bytes at @p file_offset into @p reg at @p reg_offset.
   /// Returns the bytes read (short only at end of file); throws IoError.

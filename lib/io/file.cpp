@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <limits>
 #include <utility>
@@ -13,6 +14,7 @@
 #include "core/error.hpp"
 #include "io/aligned_io.hpp"
 #include "io/file_caps.hpp"
+#include "io/residency.hpp"
 #include "io/stream_io.hpp"
 #include "phoenix/phoenix.hpp"
 
@@ -109,6 +111,18 @@ File::File(std::filesystem::path path, int flags, mode_t mode, DirectIo direct)
   direct_ = policy.direct;
   offset_align_ = policy.offset_align;
   memory_align_ = policy.memory_align;
+}
+
+double File::cached_fraction(std::uint64_t offset, std::uint64_t length) const noexcept {
+  struct stat st = {};
+  if (::fstat(fd_, &st) != 0 || st.st_size <= 0) {
+    return 0;
+  }
+  const auto end = static_cast<std::uint64_t>(st.st_size);
+  if (offset >= end) {
+    return 0;
+  }
+  return detail::resident_fraction(fd_, offset, std::min(length, end - offset));
 }
 
 File::File(File &&other) noexcept

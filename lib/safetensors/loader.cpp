@@ -23,8 +23,8 @@
 
 #include "core/error.hpp"
 #include "gather/gather_mover.hpp"
+#include "io/residency.hpp"
 #include "phoenix/safetensors.hpp"
-#include "safetensors/residency.hpp"
 
 namespace phx::safetensors {
 namespace {

@@ -7,7 +7,9 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "phoenix/phoenix.hpp"
 #include "test_support.hpp"
@@ -91,6 +93,18 @@ TEST(File, AFolderIsRefusedWhenOpened) {
   expect_error(EISDIR, {dir.path().string(), "folder"}, [&] { File f(dir.path(), O_RDONLY); });
   expect_error(EISDIR, {dir.path().string()},
                [&] { File f(dir.path(), O_RDONLY, 0, DirectIo::off); });
+}
+
+TEST(File, CachedFractionSaysWhatThePageCacheHolds) {
+  TempDir dir;
+  const auto path = dir / "cached";
+  test::write_pattern_file(path, 1 << 20, 7);
+  File f(path, O_RDONLY, 0, DirectIo::off);
+  // Just written: every page is in the cache.
+  EXPECT_DOUBLE_EQ(f.cached_fraction(0, 1 << 20), 1.0);
+  EXPECT_DOUBLE_EQ(f.cached_fraction(4096, std::numeric_limits<std::uint64_t>::max()), 1.0);
+  EXPECT_DOUBLE_EQ(f.cached_fraction(1 << 20, 4096), 0.0);  // past the end
+  EXPECT_DOUBLE_EQ(f.cached_fraction(0, 0), 0.0);
 }
 
 TEST(File, NonBlockingOpenIsOnlyKeptWhenAsked) {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "safetensors/residency.hpp"
+#include "io/residency.hpp"
 
 #include <sys/mman.h>
 #include <unistd.h>

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "safetensors/residency.hpp"
+#include "io/residency.hpp"
 #include "test_support.hpp"
 
 namespace {

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // How much of a file the page cache holds, to choose between buffered reads
 // (served from memory) and O_DIRECT (no double copy, no cache pollution).
-#ifndef PHOENIX_LIB_SAFETENSORS_RESIDENCY_HPP
-#define PHOENIX_LIB_SAFETENSORS_RESIDENCY_HPP
+#ifndef PHOENIX_LIB_IO_RESIDENCY_HPP
+#define PHOENIX_LIB_IO_RESIDENCY_HPP
 
 #include <cstdint>
 
@@ -16,4 +16,4 @@ namespace phx::detail {
 
 }  // namespace phx::detail
 
-#endif  // PHOENIX_LIB_SAFETENSORS_RESIDENCY_HPP
+#endif  // PHOENIX_LIB_IO_RESIDENCY_HPP
