@@ -23,8 +23,10 @@ import time
 
 import phoenix_gds as phx
 
-COLUMN_PARALLEL = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "embed_tokens", "lm_head")
-ROW_PARALLEL = ("o_proj", "down_proj")
+# Llama/Qwen names and OPT's.
+COLUMN_PARALLEL = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "fc1", "embed_tokens",
+                   "lm_head")
+ROW_PARALLEL = ("o_proj", "down_proj", "out_proj", "fc2")
 
 ELEMENT_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "I16": 2,
                  "F16": 2, "BF16": 2, "U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8, "F64": 8}
@@ -49,18 +51,22 @@ def shard_files(path):
     return [path]
 
 
-def load_rank(files, rank, world, framework, device):
+def load_rank(files, rank, world, framework, device, opener=phx.safe_open, whole=False):
+    """{name: this rank's shard}, the shards' bytes and the checkpoint's.
+    opener: phoenix_gds.safe_open or anything with its calls (safetensors').
+    whole: every tensor whole instead (what the shards are measured against)."""
     shards, shard_bytes, total_bytes = {}, 0, 0
     for file in files:
-        with phx.safe_open(file, framework=framework, device=device) as f:
-            for name in f.offset_keys():
+        with opener(file, framework=framework, device=device) as f:
+            names = f.offset_keys() if hasattr(f, "offset_keys") else f.keys()
+            for name in names:
                 view = f.get_slice(name)
                 shape = view.get_shape()
                 size = ELEMENT_BYTES[view.get_dtype()]
                 for extent in shape:
                     size *= extent
                 total_bytes += size
-                index = shard_index(name, shape, rank, world)
+                index = None if whole else shard_index(name, shape, rank, world)
                 if index is None:
                     shards[name] = f.get_tensor(name)
                     shard_bytes += size

@@ -7,6 +7,13 @@ loader).  A slice reads only its own bytes: one piece per run of contiguous
 elements (a row shard is one piece, a column shard one piece per row),
 all handed to File.read_ranges, which merges neighbours and issues them
 together into the destination tensor.
+
+Which descriptor reads: the pieces that the page cache holds, and small
+pieces (under 1 MiB on average: an unaligned O_DIRECT piece reads a whole
+block at each edge, one after another), go through a buffered descriptor
+without readahead (POSIX_FADV_RANDOM, so that a cold column shard reads its
+own pages, not its neighbours'); large pieces not in the cache go
+O_DIRECT.  The direct engine (phxfs) always reads O_DIRECT.
 """
 
 from __future__ import annotations
@@ -18,11 +25,17 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _phoenix
 from ._convert import NUMPY_DTYPES, TORCH_DTYPES, framework_name, numpy_dtype
-from ._phoenix import ArgumentError
+from ._phoenix import ArgumentError, engine_for
 
 _ELEMENT_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "I16": 2,
                   "F16": 2, "BF16": 2, "U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8,
                   "F64": 8}
+
+
+# Average piece size from which uncached pieces go O_DIRECT.
+_DIRECT_PIECE = 1 << 20
+# Fraction of a read's range in the page cache from which it goes buffered.
+_CACHED = 0.5
 
 
 def _prod(values: Sequence[int]) -> int:
@@ -195,7 +208,12 @@ class safe_open:  # noqa: N801  (safetensors' name)
         self._target = _Target(framework, device)
         self._header = _phoenix.read_header(os.fspath(filename))
         self._tensors: Dict[str, tuple] = self._header["tensors"]
-        self._file = File(filename, "r")
+        self._file = File(filename, "r")  # O_DIRECT where the filesystem has it
+        self._buffered = File(filename, "r", direct="off")
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(self._buffered.fd, 0, 0, os.POSIX_FADV_RANDOM)
+        self._always_direct = (self._target.device != "cpu" and
+                               engine_for(self._target.device) == "direct")
 
     def __enter__(self) -> "safe_open":
         return self
@@ -207,6 +225,7 @@ class safe_open:  # noqa: N801  (safetensors' name)
     def close(self) -> None:
         """Closes the file. Idempotent."""
         self._file.close()
+        self._buffered.close()
 
     def keys(self) -> List[str]:
         """The tensors' names, sorted."""
@@ -241,11 +260,25 @@ class safe_open:  # noqa: N801  (safetensors' name)
         nbytes = _prod(shape) * _ELEMENT_BYTES[dtype]
         raw = self._target.empty_bytes(nbytes)
         if pieces:
-            read = self._file.read_ranges(raw, pieces)
+            file = self._file_for(pieces)
+            if len(pieces) == 1:
+                read = file.pread(raw, pieces[0][2], pieces[0][0], pieces[0][1])
+            else:
+                read = file.read_ranges(raw, pieces)
             if read != nbytes:
                 raise OSError(errno.EIO, f"{self._header['path']}: tensor {name!r}: read {read} "
                                          f"of {nbytes} bytes")
         return self._target.view(raw, dtype, shape, name)
+
+    def _file_for(self, pieces: List[Tuple[int, int, int]]) -> Any:
+        if self._always_direct or not self._file.direct_io:
+            return self._file
+        total = sum(size for _, _, size in pieces)
+        if total < _DIRECT_PIECE * len(pieces):
+            return self._buffered
+        first = pieces[0][0]
+        end = max(offset + size for offset, _, size in pieces)
+        return self._buffered if self._file.cached_fraction(first, end - first) >= _CACHED else self._file
 
     def __repr__(self) -> str:
         return f"<phoenix_gds.safe_open {self._header['path']!r}>"

@@ -589,6 +589,13 @@ class PyFile {
     const std::shared_lock lock(mutex_);
     return open_file().size();
   }
+  [[nodiscard]] double cached_fraction(const py::object &offset, const py::object &length) {
+    const auto first = int_arg<std::uint64_t>(offset, "cached_fraction: offset");
+    const auto count = int_arg<std::uint64_t>(length, "cached_fraction: length");
+    const py::gil_scoped_release release;
+    const std::shared_lock lock(mutex_);
+    return open_file().cached_fraction(first, count);
+  }
   [[nodiscard]] int fd() {
     const std::shared_lock lock(mutex_);
     return open_file().fd();
@@ -799,6 +806,10 @@ of the file is OSError(EIO).)")
       .def("close", &PyFile::close, "Closes the file (after I/O in flight). Idempotent.")
       .def_property_readonly("closed", &PyFile::closed, "True after close().")
       .def_property_readonly("size", &PyFile::size, "The file's size in bytes.")
+      .def("cached_fraction", &PyFile::cached_fraction, py::arg("offset") = 0,
+           py::arg("length") = std::numeric_limits<std::uint64_t>::max(),
+           R"(Fraction (0 to 1) of [offset, offset + length) that the page cache holds
+(mincore): whether a buffered read would be served from memory.)")
       .def_property_readonly("fd", &PyFile::fd, "The file descriptor.")
       .def_property_readonly("direct_io", &PyFile::direct_io, "True when opened O_DIRECT.")
       .def_property_readonly("path", &PyFile::path, "The path as opened.")
