@@ -8,11 +8,21 @@ elements (a row shard is one piece, a column shard one piece per row),
 all handed to File.read_ranges, which merges neighbours and issues them
 together into the destination tensor.
 
-Which descriptor reads: the pieces that the page cache holds, and small
+Storage moves whole 4 KiB pages.  When a slice's pieces are evenly spaced
+and their pages cover at least half of the range they span (a column half
+of a [4096, 4096] BF16 weight touches every page: 4 KiB pieces at
+unaligned offsets), reading each piece costs more than reading the span:
+small reads run well under half the rate of one sequential read, on disks
+and out of the page cache alike.  Such a slice reads its span once into a
+staging buffer on the target device and copies the pieces out of it there.
+Sparser slices read their pieces; into a GPU without the direct engine,
+they go through pinned host memory and one copy, not one copy per piece.
+
+Which descriptor reads: the ranges that the page cache holds, and small
 pieces (under 1 MiB on average: an unaligned O_DIRECT piece reads a whole
 block at each edge, one after another), go through a buffered descriptor
-without readahead (POSIX_FADV_RANDOM, so that a cold column shard reads its
-own pages, not its neighbours'); large pieces not in the cache go
+without readahead (POSIX_FADV_RANDOM, so that a cold sparse slice reads its
+own pages, not its neighbours'); large ranges not in the cache go
 O_DIRECT.  The direct engine (phxfs) always reads O_DIRECT.
 """
 
@@ -36,6 +46,10 @@ _ELEMENT_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16"
 _DIRECT_PIECE = 1 << 20
 # Fraction of a read's range in the page cache from which it goes buffered.
 _CACHED = 0.5
+# Fraction of a span's pages that its pieces touch from which the span is
+# read whole (see the module's docstring).
+_DENSE = 0.5
+_PAGE = 4096
 
 
 def _prod(values: Sequence[int]) -> int:
@@ -110,6 +124,27 @@ def slice_pieces(shape: Tuple[int, ...], element: int, begin: int,
     return pieces
 
 
+def _even_stride(pieces: List[Tuple[int, int, int]]) -> int:
+    """The distance between consecutive pieces when every piece has the same
+    size and they are evenly spaced in ascending order, else 0."""
+    first, _, run = pieces[0]
+    stride = pieces[1][0] - first
+    if stride < run:
+        return 0
+    for k, (offset, buf_offset, size) in enumerate(pieces):
+        if size != run or offset != first + k * stride or buf_offset != k * run:
+            return 0
+    return stride
+
+
+def _page_density(pieces: List[Tuple[int, int, int]], stride: int) -> float:
+    """About the fraction of the pages of the span of evenly spaced pieces
+    that they touch: a run of ``run`` bytes at an offset unaligned to the
+    page touches (run + page - 1) / page pages on average, once per stride."""
+    run = pieces[0][2]
+    return min(1.0, (run + _PAGE - 1) / stride)
+
+
 class _Target:
     """Where tensors go: a framework and a device, with the destination
     allocated there as raw bytes and viewed as the tensor's dtype."""
@@ -134,6 +169,22 @@ class _Target:
         import numpy
 
         return numpy.empty(nbytes, dtype=numpy.uint8)
+
+    @property
+    def cuda(self) -> bool:
+        return self.device != "cpu"
+
+    def pinned_bytes(self, nbytes: int) -> Any:
+        return self.torch.empty(nbytes, dtype=self.torch.uint8, pin_memory=True)
+
+    def copy_strided(self, dst: Any, span: Any, count: int, run: int, stride: int) -> None:
+        """dst[k * run:(k + 1) * run] = span[k * stride:k * stride + run] for each k < count."""
+        if self.framework == "torch":
+            dst.view(count, run).copy_(span.as_strided((count, run), (stride, 1)))
+            return
+        from numpy.lib.stride_tricks import as_strided
+
+        dst.reshape(count, run)[...] = as_strided(span, (count, run), (stride, 1), writeable=False)
 
     def check_dtype(self, dtype: str, name: str) -> None:
         if self.framework == "numpy":
@@ -260,25 +311,48 @@ class safe_open:  # noqa: N801  (safetensors' name)
         nbytes = _prod(shape) * _ELEMENT_BYTES[dtype]
         raw = self._target.empty_bytes(nbytes)
         if pieces:
-            file = self._file_for(pieces)
             if len(pieces) == 1:
-                read = file.pread(raw, pieces[0][2], pieces[0][0], pieces[0][1])
+                offset, _, size = pieces[0]
+                read = self._file_for(offset, size, size).pread(raw, size, offset)
+            elif (stride := _even_stride(pieces)) and _page_density(pieces, stride) >= _DENSE:
+                read = self._read_span(raw, pieces, stride)
             else:
-                read = file.read_ranges(raw, pieces)
+                read = self._read_pieces(raw, pieces)
             if read != nbytes:
                 raise OSError(errno.EIO, f"{self._header['path']}: tensor {name!r}: read {read} "
                                          f"of {nbytes} bytes")
         return self._target.view(raw, dtype, shape, name)
 
-    def _file_for(self, pieces: List[Tuple[int, int, int]]) -> Any:
-        if self._always_direct or not self._file.direct_io:
-            return self._file
-        total = sum(size for _, _, size in pieces)
-        if total < _DIRECT_PIECE * len(pieces):
-            return self._buffered
+    def _read_span(self, raw: Any, pieces: List[Tuple[int, int, int]], stride: int) -> int:
+        first, _, run = pieces[0]
+        length = (len(pieces) - 1) * stride + run
+        span = self._target.empty_bytes(length)
+        read = self._file_for(first, length, length).pread(span, length, first)
+        if read != length:
+            return read
+        self._target.copy_strided(raw, span, len(pieces), run, stride)
+        return len(pieces) * run
+
+    def _read_pieces(self, raw: Any, pieces: List[Tuple[int, int, int]]) -> int:
         first = pieces[0][0]
         end = max(offset + size for offset, _, size in pieces)
-        return self._buffered if self._file.cached_fraction(first, end - first) >= _CACHED else self._file
+        total = sum(size for _, _, size in pieces)
+        file = self._file_for(first, end - first, total / len(pieces))
+        if not self._target.cuda or self._always_direct:
+            return file.read_ranges(raw, pieces)
+        # Into a GPU through the copy engine: gather on the host, copy once.
+        staging = self._target.pinned_bytes(total)
+        read = file.read_ranges(staging, pieces)
+        raw.copy_(staging)
+        return read
+
+    def _file_for(self, offset: int, length: int, piece: float) -> Any:
+        """The descriptor for reads of about ``piece`` bytes each within [offset, +length)."""
+        if self._always_direct or not self._file.direct_io:
+            return self._file
+        if piece < _DIRECT_PIECE or self._file.cached_fraction(offset, length) >= _CACHED:
+            return self._buffered
+        return self._file
 
     def __repr__(self) -> str:
         return f"<phoenix_gds.safe_open {self._header['path']!r}>"

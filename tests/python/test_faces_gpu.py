@@ -29,6 +29,9 @@ def checkpoint(tmp_path_factory):
         "counts": torch.randint(-5, 5, (7, 3, 5), generator=gen, dtype=torch.int64),
         "mask": torch.rand(33, 17, generator=gen) > 0.5,
         "scale": torch.tensor(2.5),
+        # Rows of 32 KiB: a few columns are sparse pieces (pinned staging),
+        # where the narrow weights above read their span.
+        "wide": torch.randn(64, 8192, generator=gen),
     }
     if hasattr(torch, "float8_e4m3fn"):
         tensors["fp8"] = torch.randn(64, 48, generator=gen).to(torch.float8_e4m3fn)

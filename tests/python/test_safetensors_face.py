@@ -164,6 +164,40 @@ def test_a_slice_never_touches_bytes_outside_it(phx, tmp_path, weights):
         assert f.get_slice("w")[:, 64:].tobytes() == w[:, 64:].tobytes()
 
 
+def recorded_reads(f):
+    """Wraps the reads of a safe_open's descriptors: [(call, file offset, bytes)]."""
+    calls = []
+    for file in (f._file, f._buffered):
+        def pread(buf, size=None, file_offset=0, buf_offset=0, _orig=file.pread):
+            calls.append(("pread", file_offset, size))
+            return _orig(buf, size, file_offset, buf_offset)
+
+        def read_ranges(buf, pieces, _orig=file.read_ranges):
+            calls.append(("read_ranges", pieces[0][0], sum(p[2] for p in pieces)))
+            return _orig(buf, pieces)
+
+        file.pread = pread
+        file.read_ranges = read_ranges
+    return calls
+
+
+def test_a_dense_slice_reads_its_span_a_sparse_one_its_pieces(phx, make_file):
+    rng = numpy.random.default_rng(9)
+    narrow = rng.standard_normal((64, 128)).astype(numpy.float32)   # rows of 512 bytes
+    wide = rng.standard_normal((16, 8192)).astype(numpy.float32)    # rows of 32 KiB
+    path = make_file("m.safetensors", {"narrow": narrow, "wide": wide}, gap=3)
+    with phx.safe_open(path, framework="np") as f:
+        calls = recorded_reads(f)
+        assert f.get_slice("narrow")[:, 64:].tobytes() == narrow[:, 64:].tobytes()
+        # Every page of the span holds selected bytes: the span, once.
+        assert calls == [("pread", calls[0][1], 63 * 512 + 256)]
+        calls.clear()
+        got = f.get_slice("wide")[:, 100:116]
+        assert got.tobytes() == numpy.ascontiguousarray(wide[:, 100:116]).tobytes()
+        # One 64-byte piece per 32 KiB row: the pieces alone.
+        assert calls == [("read_ranges", calls[0][1], 16 * 64)]
+
+
 def test_tensor_parallel_example_runs(phx, tmp_path):
     import runpy
     import sys
