@@ -26,7 +26,7 @@ framework: ``framework=None`` returns :class:`phoenix_gds.Tensor` objects
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterable, List, Mapping, Optional, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
 from . import _futures
 from ._convert import convert as _convert

@@ -31,10 +31,10 @@ from __future__ import annotations
 import errno
 import itertools
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import _phoenix
-from ._convert import NUMPY_DTYPES, TORCH_DTYPES, framework_name, numpy_dtype
+from ._convert import TORCH_DTYPES, framework_name, numpy_dtype
 from ._phoenix import ArgumentError, engine_for
 
 _ELEMENT_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "I16": 2,
@@ -99,50 +99,68 @@ def _normalize(key: Any, shape: Tuple[int, ...], name: str) -> Tuple[List[Tuple[
     return ranges, out_shape
 
 
-def slice_pieces(shape: Tuple[int, ...], element: int, begin: int,
-                 ranges: List[Tuple[int, int]]) -> List[Tuple[int, int, int]]:
-    """The (file_offset, buf_offset, size) pieces of a row-major tensor at
-    file offset ``begin`` that hold the elements of ``ranges``, in the
-    order they land in a contiguous destination."""
+class Layout(NamedTuple):
+    """Where a slice's bytes are: ``count`` runs of ``run`` bytes, ``stride``
+    apart from file offset ``first`` when ``pieces`` is None (evenly
+    spaced), else the explicit (file_offset, buf_offset, size) pieces."""
+
+    first: int
+    run: int
+    count: int
+    stride: int
+    pieces: Optional[List[Tuple[int, int, int]]] = None
+
+    def all_pieces(self) -> List[Tuple[int, int, int]]:
+        if self.pieces is not None:
+            return self.pieces
+        return [(self.first + k * self.stride, k * self.run, self.run) for k in range(self.count)]
+
+
+def slice_layout(shape: Tuple[int, ...], element: int, begin: int,
+                 ranges: List[Tuple[int, int]]) -> Layout:
+    """The layout of the elements of ``ranges`` of a row-major tensor at
+    file offset ``begin``, in the order they land in a contiguous
+    destination.  Computed in closed form when the runs are evenly spaced
+    (a row or column shard of any size costs no loop over its rows)."""
     if any(stop == start for start, stop in ranges):
-        return []
+        return Layout(begin, 0, 0, 0, [])
     # The innermost dimensions taken whole read as one run with the first
     # dimension (from the inside) that is cut.
     cut = len(shape) - 1
     while cut >= 0 and ranges[cut] == (0, shape[cut]):
         cut -= 1
     if cut < 0:
-        return [(begin, 0, _prod(shape) * element)]
+        size = _prod(shape) * element
+        return Layout(begin, size, 1, size)
     strides = [_prod(shape[d + 1:]) * element for d in range(len(shape))]
     run = (ranges[cut][1] - ranges[cut][0]) * strides[cut]
-    first = begin + ranges[cut][0] * strides[cut]
-    outer = [range(start, stop) for start, stop in ranges[:cut]]
+    first = begin + sum(start * stride for (start, _), stride in zip(ranges, strides))
+    outer = ranges[:cut]
+    count = _prod([stop - start for start, stop in outer])
+    # Evenly spaced when, past the first outer dimension that takes more
+    # than one index, every outer dimension is taken whole.
+    varying = [d for d, (start, stop) in enumerate(outer) if stop - start > 1]
+    if not varying or all(outer[d] == (0, shape[d]) for d in range(varying[0] + 1, cut)):
+        return Layout(first, run, count, strides[cut - 1] if cut > 0 else run)
     pieces = []
-    for k, index in enumerate(itertools.product(*outer)):
-        offset = first + sum(i * s for i, s in zip(index, strides))
+    base = first - sum(start * stride for (start, _), stride in zip(outer, strides))
+    for k, index in enumerate(itertools.product(*(range(a, b) for a, b in outer))):
+        offset = base + sum(i * s for i, s in zip(index, strides))
         pieces.append((offset, k * run, run))
-    return pieces
+    return Layout(first, run, count, 0, pieces)
 
 
-def _even_stride(pieces: List[Tuple[int, int, int]]) -> int:
-    """The distance between consecutive pieces when every piece has the same
-    size and they are evenly spaced in ascending order, else 0."""
-    first, _, run = pieces[0]
-    stride = pieces[1][0] - first
-    if stride < run:
-        return 0
-    for k, (offset, buf_offset, size) in enumerate(pieces):
-        if size != run or offset != first + k * stride or buf_offset != k * run:
-            return 0
-    return stride
+def slice_pieces(shape: Tuple[int, ...], element: int, begin: int,
+                 ranges: List[Tuple[int, int]]) -> List[Tuple[int, int, int]]:
+    """The (file_offset, buf_offset, size) pieces of ``slice_layout``."""
+    return slice_layout(shape, element, begin, ranges).all_pieces()
 
 
-def _page_density(pieces: List[Tuple[int, int, int]], stride: int) -> float:
-    """About the fraction of the pages of the span of evenly spaced pieces
-    that they touch: a run of ``run`` bytes at an offset unaligned to the
+def _page_density(layout: Layout) -> float:
+    """About the fraction of the pages of an evenly spaced layout's span that
+    its runs touch: a run of ``run`` bytes at an offset unaligned to the
     page touches (run + page - 1) / page pages on average, once per stride."""
-    run = pieces[0][2]
-    return min(1.0, (run + _PAGE - 1) / stride)
+    return min(1.0, (layout.run + _PAGE - 1) / layout.stride)
 
 
 class _Target:
@@ -173,6 +191,10 @@ class _Target:
     @property
     def cuda(self) -> bool:
         return self.device != "cpu"
+
+    def synchronize(self) -> None:
+        if self.framework == "torch" and self.cuda:
+            self.torch.cuda.current_stream(self.torch_device).synchronize()
 
     def pinned_bytes(self, nbytes: int) -> Any:
         return self.torch.empty(nbytes, dtype=self.torch.uint8, pin_memory=True)
@@ -233,8 +255,8 @@ class TensorSlice:
 
     def __getitem__(self, key: Any) -> Any:
         ranges, out_shape = _normalize(key, self._shape, self._name)
-        pieces = slice_pieces(self._shape, _ELEMENT_BYTES[self._dtype], self._begin, ranges)
-        return self._owner._read(self._name, self._dtype, out_shape, pieces)
+        layout = slice_layout(self._shape, _ELEMENT_BYTES[self._dtype], self._begin, ranges)
+        return self._owner._read(self._name, self._dtype, out_shape, layout)
 
     def __repr__(self) -> str:
         return f"<phoenix_gds TensorSlice {self._name!r} {self._dtype} {list(self._shape)}>"
@@ -293,7 +315,8 @@ class safe_open:  # noqa: N801  (safetensors' name)
     def get_tensor(self, name: str) -> Any:
         """The whole tensor, on the device."""
         dtype, shape, begin, end = self._entry(name)
-        return self._read(name, dtype, list(shape), [(begin, 0, end - begin)] if end > begin else [])
+        return self._read(name, dtype, list(shape), Layout(begin, end - begin, int(end > begin),
+                                                           end - begin))
 
     def get_slice(self, name: str) -> TensorSlice:
         """The tensor, to be sliced: ``f.get_slice("w")[:, 0:512]`` reads only those columns."""
@@ -305,33 +328,38 @@ class safe_open:  # noqa: N801  (safetensors' name)
             raise KeyError(f"{self._header['path']}: no tensor {name!r}")
         return entry
 
-    def _read(self, name: str, dtype: str, shape: List[int],
-              pieces: List[Tuple[int, int, int]]) -> Any:
+    def _read(self, name: str, dtype: str, shape: List[int], layout: Layout) -> Any:
         self._target.check_dtype(dtype, name)
         nbytes = _prod(shape) * _ELEMENT_BYTES[dtype]
         raw = self._target.empty_bytes(nbytes)
-        if pieces:
-            if len(pieces) == 1:
-                offset, _, size = pieces[0]
-                read = self._file_for(offset, size, size).pread(raw, size, offset)
-            elif (stride := _even_stride(pieces)) and _page_density(pieces, stride) >= _DENSE:
-                read = self._read_span(raw, pieces, stride)
-            else:
-                read = self._read_pieces(raw, pieces)
-            if read != nbytes:
-                raise OSError(errno.EIO, f"{self._header['path']}: tensor {name!r}: read {read} "
-                                         f"of {nbytes} bytes")
+        if layout.count == 0:
+            return self._target.view(raw, dtype, shape, name)
+        # Memory fresh from a framework's caching allocator may still be in
+        # use by work queued on its stream; the engine writes on its own.
+        self._target.synchronize()
+        if layout.count == 1:
+            read = self._file_for(layout.first, layout.run, layout.run).pread(
+                raw, layout.run, layout.first)
+        elif layout.pieces is None and _page_density(layout) >= _DENSE:
+            read = self._read_span(raw, layout)
+        else:
+            read = self._read_pieces(raw, layout.all_pieces())
+        if read != nbytes:
+            raise OSError(errno.EIO, f"{self._header['path']}: tensor {name!r}: read {read} "
+                                     f"of {nbytes} bytes")
         return self._target.view(raw, dtype, shape, name)
 
-    def _read_span(self, raw: Any, pieces: List[Tuple[int, int, int]], stride: int) -> int:
-        first, _, run = pieces[0]
-        length = (len(pieces) - 1) * stride + run
+    def _read_span(self, raw: Any, layout: Layout) -> int:
+        length = (layout.count - 1) * layout.stride + layout.run
         span = self._target.empty_bytes(length)
-        read = self._file_for(first, length, length).pread(span, length, first)
+        read = self._file_for(layout.first, length, length).pread(span, length, layout.first)
         if read != length:
             return read
-        self._target.copy_strided(raw, span, len(pieces), run, stride)
-        return len(pieces) * run
+        self._target.copy_strided(raw, span, layout.count, layout.run, layout.stride)
+        # The copy runs on the framework's stream: done before span's
+        # memory can go back to its allocator and be written by the engine.
+        self._target.synchronize()
+        return layout.count * layout.run
 
     def _read_pieces(self, raw: Any, pieces: List[Tuple[int, int, int]]) -> int:
         first = pieces[0][0]
@@ -358,4 +386,4 @@ class safe_open:  # noqa: N801  (safetensors' name)
         return f"<phoenix_gds.safe_open {self._header['path']!r}>"
 
 
-__all__ = ["safe_open", "TensorSlice", "slice_pieces", "NUMPY_DTYPES"]
+__all__ = ["Layout", "safe_open", "slice_layout", "slice_pieces", "TensorSlice"]

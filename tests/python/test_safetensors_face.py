@@ -105,6 +105,8 @@ SLICES_3D = [
     (2, Ellipsis),
     (slice(None), slice(0, 7), slice(0, 11)),
     (slice(4, 5), slice(6, 7)),
+    (slice(1, 3), slice(0, 2), slice(2, 5)),   # not evenly spaced: explicit pieces
+    (slice(1, 4), 3),
 ]
 
 
