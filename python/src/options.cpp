@@ -3,15 +3,31 @@
 
 #include <pybind11/operators.h>
 
+#include <cerrno>
 #include <string>
+#include <system_error>
 
+#include "errors.hpp"
 #include "int_arg.hpp"
+#include "io.hpp"
 #include "phoenix/phoenix.hpp"
 
 namespace py = pybind11;
 
 namespace phx::python {
 namespace {
+
+// A field out of range is a bad argument value: ArgumentError.
+void validate(const phx::Options &o) {
+  try {
+    o.validate();
+  } catch (const std::system_error &e) {
+    if (e.code().value() == EINVAL) {
+      throw ArgumentError(what_arg_of(e));
+    }
+    throw;
+  }
+}
 
 // Keyword construction from the process defaults, as phxfs_options_init
 // does in C: Options(copy_threads=4) changes only what it names.
@@ -27,7 +43,7 @@ phx::Options make(const py::kwargs &fields) {
     py::setattr(self, name.c_str(), value);
   }
   o = py::cast<phx::Options>(self);
-  o.validate();
+  validate(o);
   return o;
 }
 
@@ -69,14 +85,16 @@ the field.  Fields and their variables: docs/configuration.md.)");
   options.def(py::init(&make))
       .def_property(
           "engine", [](const phx::Options &o) { return std::string(phx::to_string(o.engine)); },
-          [](phx::Options &o, const std::string &name) { o.engine = phx::parse_engine(name); },
+          [](phx::Options &o, const py::object &name) {
+            o.engine = engine_arg(name, "Options.engine");
+          },
           R"(PHX_ENGINE: "auto", "direct", "host", "compat" or "cufile".)")
       .def_static("defaults", &phx::Options::defaults,
                   "The process defaults (the environment as first read).")
       .def_static("from_environment", &phx::Options::from_environment,
                   "The built-in defaults with the environment applied, read now.")
-      .def("validate", &phx::Options::validate,
-           "Raises OSError(EINVAL) naming the first field out of range.")
+      .def("validate", &validate,
+           "Raises ArgumentError (ValueError, OSError EINVAL) naming the first field out of range.")
       .def(py::self == py::self)  // NOLINT(misc-redundant-expression)
       .def("__repr__", &repr);
   integer_field(options, "queue_depth", &phx::Options::queue_depth,

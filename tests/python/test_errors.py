@@ -30,6 +30,8 @@ def test_bad_values_are_value_errors_naming_the_value(phx, make_blob, make_file)
         (lambda: phx.safe_open(checkpoint, framework="tf"), "'tf'"),
         (lambda: phx.safe_open(checkpoint, framework="np", device="gpu"), "gpu"),
         (lambda: phx.Loader("cpu", chunk_size=-1), "chunk_size"),
+        (lambda: phx.Options(copy_threads=0), "copy_threads"),
+        (lambda: phx.Options(engine="warp"), "warp"),
     ]
     for call, word in cases:
         with pytest.raises(ValueError) as info:
