@@ -113,7 +113,7 @@ class Options:
     def from_environment() -> Options:
         """The built-in defaults with the environment applied, read now."""
     def validate(self) -> None:
-        """Raises OSError(EINVAL) naming the first field out of range."""
+        """Raises ArgumentError (ValueError, OSError EINVAL) naming the first field out of range."""
     def __eq__(self, other: object) -> bool: ...
 
 class Device:
