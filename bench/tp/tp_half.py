@@ -9,7 +9,8 @@ Each call runs in a fresh process with CUDA and the libraries already up:
 the clock covers what a user's code does, from safe_open to every tensor
 (or rank 0's shard of it, world size 2, examples/python/tensor_parallel.py)
 on the GPU.  Cold rounds drop the files from the page cache first
-(posix_fadvise DONTNEED) and record what mincore still finds resident.
+(fsync, posix_fadvise DONTNEED) and record the fraction mincore still finds
+resident (bench/phxrepro/peers/pagecache).
 The order of the calls rotates each round.  Each record is one JSON line;
 the last ones are the summary (medians, half over whole in bytes and in
 time per method and cache) and a check that every shard equals the same
@@ -17,12 +18,10 @@ slice that safetensors reads.
 """
 
 import argparse
-import ctypes
 import datetime
 import importlib.metadata
 import importlib.util
 import json
-import mmap
 import os
 import pathlib
 import statistics
@@ -31,6 +30,8 @@ import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+from phxrepro.peers import pagecache  # noqa: E402
 METHODS = {"phoenix": ("whole", "half"), "safetensors": ("whole", "half"), "phoenix-loader": ("whole",)}
 
 
@@ -44,33 +45,6 @@ def example():
 
 def files_of(folder):
     return sorted(str(p) for p in pathlib.Path(folder).glob("*.safetensors"))
-
-
-def resident_bytes(path):
-    """Bytes of @path in the page cache, by mincore."""
-    size = os.path.getsize(path)
-    if size == 0:
-        return 0
-    libc = ctypes.CDLL(None, use_errno=True)
-    page = mmap.PAGESIZE
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY) as mm:
-        address = ctypes.addressof(ctypes.c_char.from_buffer(mm))
-        pages = (size + page - 1) // page
-        vec = (ctypes.c_ubyte * pages)()
-        if libc.mincore(ctypes.c_void_p(address), ctypes.c_size_t(size), vec) != 0:
-            return -1
-        return sum(v & 1 for v in vec) * page
-
-
-def drop(files):
-    for path in files:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-    return sum(resident_bytes(p) for p in files)
 
 
 def storage_read_bytes():
@@ -192,20 +166,20 @@ def run(args):
     rows = []
     for cache in args.caches.split(","):
         if cache == "warm":
-            for path in files:  # in the page cache before the first warm call
-                with open(path, "rb") as f:
-                    while f.read(64 << 20):
-                        pass
+            pagecache.prime(files)  # in the page cache before the first warm call
         for rnd in range(args.rounds):
             k = rnd % len(calls)
             for method, part in calls[k:] + calls[:k]:
-                resident = drop(files) if cache == "cold" else sum(resident_bytes(p) for p in files)
+                if cache == "cold":
+                    resident = pagecache.evict(files, drop_caches=False)["resident_after_evict"]
+                else:
+                    resident = pagecache.resident_fraction(files)
                 proc = subprocess.run(
                     [sys.executable, __file__, "worker", args.checkpoint, "--method", method,
                      "--part", part, "--device", args.device],
                     capture_output=True, text=True, timeout=args.call_timeout)
                 record = {"bench": "tp_half", "method": method, "part": part, "cache": cache,
-                          "round": rnd, "resident_bytes_before": resident}
+                          "round": rnd, "resident_fraction_before": resident}
                 if proc.returncode != 0:
                     record.update(status="error", error=proc.stderr[-600:])
                 else:
