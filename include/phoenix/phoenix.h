@@ -95,6 +95,16 @@ PHXFS_API PHXFS_NODISCARD int phxfs_open_engine(int device_id, phxfs_engine_t en
  * @size: sizeof(struct phxfs_options) as the caller was compiled; lets
  *        later versions add fields at the end.
  */
+/** How reads through a descriptor opened with O_DIRECT treat the page
+ *  cache (PHX_READ_CACHE): AUTO reads a range the page cache holds (at
+ *  least half of its pages) through a buffered descriptor of the same file
+ *  and any other O_DIRECT; DESCRIPTOR reads as the descriptor was opened.
+ *  The direct engine's memory is always read O_DIRECT. */
+typedef enum phxfs_read_cache {
+  PHXFS_READ_CACHE_AUTO = 0,
+  PHXFS_READ_CACHE_DESCRIPTOR = 1,
+} phxfs_read_cache_t;
+
 typedef struct phxfs_options {
   size_t size;
   phxfs_engine_t engine;       /**< PHX_ENGINE */
@@ -106,6 +116,8 @@ typedef struct phxfs_options {
   size_t copy_direct_chunk;    /**< PHX_COPY_DIRECT_CHUNK: O_DIRECT descriptors */
   unsigned stream_workers;     /**< PHX_STREAM_WORKERS */
   size_t stream_staging_bytes; /**< PHX_STREAM_STAGING */
+  phxfs_read_cache_t
+      read_cache; /**< PHX_READ_CACHE (added in 0.2: older callers' size ends before it) */
 } phxfs_options_t;
 
 /** phxfs_options_init - fill @options with the process defaults.  Errors:

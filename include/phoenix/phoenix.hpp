@@ -119,6 +119,16 @@ struct EngineChoice {
 /// were idle and are stopped now.
 PHX_EXPORT std::size_t release_idle_engines() noexcept;
 
+/// How the C API's reads (phxfs_read, phxfs_read_async) treat a descriptor
+/// the caller opened with O_DIRECT.  File chooses by its DirectIo instead.
+enum class ReadCache {
+  /// The cache policy, per read: a range the page cache holds (at least
+  /// half of its pages) is read through a buffered descriptor of the same
+  /// file, any other O_DIRECT.  The direct engine's memory stays O_DIRECT.
+  automatic,
+  descriptor,  ///< as the descriptor was opened
+};
+
 /// Tunables of one device and the I/O through it, one meaning per name.
 ///
 /// Options{} holds the built-in defaults; Options::defaults() is those with
@@ -159,6 +169,9 @@ struct PHX_EXPORT Options {
   /// I/O may hold, 64 KiB..64 GiB; a submit beyond it waits for earlier
   /// operations to return theirs.
   std::size_t stream_staging_bytes = std::size_t{256} << 20;
+  /// PHX_READ_CACHE (auto or descriptor): the C API's reads through an
+  /// O_DIRECT descriptor of ranges the page cache holds.
+  ReadCache read_cache = ReadCache::automatic;
 
   /// The built-in defaults with the environment applied (read now).
   [[nodiscard]] static Options from_environment();
@@ -269,11 +282,16 @@ class PHX_EXPORT Registration {
   std::shared_ptr<detail::Mapping> mapping_;
 };
 
-/// Whether File opens with O_DIRECT.
+/// Whether File's I/O goes through the page cache.
 enum class DirectIo {
   preferred,  ///< O_DIRECT when the filesystem supports it, buffered otherwise
   required,   ///< fail with EINVAL when the filesystem does not support O_DIRECT
   off,        ///< buffered I/O
+  /// The cache policy, per read (the default): a read of a range the page
+  /// cache holds (at least half of its pages) goes through the page cache,
+  /// any other read O_DIRECT, as with preferred.  Memory the direct engine
+  /// maps is always read O_DIRECT; writes are O_DIRECT as with preferred.
+  automatic,
 };
 
 /// std::system_error with the bytes transferred before the failure.
@@ -292,7 +310,7 @@ class PHX_EXPORT File {
   /// @p flags are open(2) flags (O_RDONLY, O_RDWR|O_CREAT, ...); O_DIRECT is
   /// managed by @p direct, O_APPEND is rejected (pwrite would ignore offsets).
   File(std::filesystem::path path, int flags, mode_t mode = 0644,
-       DirectIo direct = DirectIo::preferred);
+       DirectIo direct = DirectIo::automatic);
   File(File &&) noexcept;
   File &operator=(File &&) noexcept;
   File(const File &) = delete;
@@ -303,6 +321,12 @@ class PHX_EXPORT File {
   [[nodiscard]] const std::filesystem::path &path() const noexcept { return path_; }
   /// True when the descriptor has O_DIRECT.
   [[nodiscard]] bool direct_io() const noexcept { return direct_; }
+  /// Whether a read of [@p offset, @p offset + @p length) into host memory
+  /// or compat GPU memory would go through the page cache now: always with
+  /// DirectIo::off or without O_DIRECT, never with preferred or required,
+  /// and by the page cache's residency (cached_fraction() >= 0.5) with
+  /// DirectIo::automatic.
+  [[nodiscard]] bool reads_buffered(std::uint64_t offset, std::uint64_t length) const noexcept;
   /// Required O_DIRECT alignment of file offsets and of memory (1 when buffered).
   [[nodiscard]] std::size_t offset_alignment() const noexcept { return offset_align_; }
   [[nodiscard]] std::size_t memory_alignment() const noexcept { return memory_align_; }
@@ -351,7 +375,13 @@ class PHX_EXPORT File {
   // reg is null for plain host memory at host; otherwise host is ignored.
   [[nodiscard]] std::size_t transfer(bool is_write, const Registration *reg, std::size_t reg_offset,
                                      std::byte *host, std::size_t size, std::uint64_t file_offset);
+  // The descriptor and policy a read of this range and memory uses.
+  [[nodiscard]] int read_fd(const Registration *reg, std::uint64_t offset,
+                            std::size_t size) const noexcept;
   int fd_ = -1;
+  // DirectIo::automatic: a buffered, read-only descriptor of the same file
+  // for reads the page cache can serve; -1 otherwise.
+  int buffered_fd_ = -1;
   std::filesystem::path path_;
   bool direct_ = false;
   std::size_t offset_align_ = 1;

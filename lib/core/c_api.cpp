@@ -16,6 +16,7 @@
 #include "core/device_state.hpp"
 #include "core/error.hpp"
 #include "engines/engine_table.hpp"
+#include "io/buffered_twin.hpp"
 #include "io/file_caps.hpp"
 #include "io/stream_io.hpp"
 #include "phoenix/phoenix.h"
@@ -129,6 +130,17 @@ std::string pointer_text(const void *p) {
   return text;
 }
 
+// Options::read_cache: reads into memory other than the direct engine's
+// mapped device pages (where O_DIRECT is the NVMe's DMA) follow the cache
+// policy unless the device's options say to read as the descriptor is.
+bool follows_cache_policy(Direction dir, const DeviceState &state) noexcept {
+  if (dir != Direction::read || state.options().read_cache != ReadCache::automatic) {
+    return false;
+  }
+  const EngineCapabilities caps = state.capabilities();
+  return !(caps.device_memory && caps.host_view);
+}
+
 // The registration a request targets, after the checks every I/O makes.
 struct Target {
   std::shared_ptr<DeviceState> state;
@@ -192,24 +204,25 @@ ssize_t io(const char *function, Direction dir, phxfs_fileid_t fid, const void *
   const auto file_offset = static_cast<std::uint64_t>(f_offset);
   // Page-aligned requests are valid with or without O_DIRECT, so the common
   // case needs no fcntl/statx; anything else asks the descriptor.
+  const PolicyReadFd chosen(follows_cache_policy(dir, *state) ? fid.fd : -1, file_offset, nbyte);
+  const int fd = chosen.buffered_twin() ? chosen.fd() : fid.fd;
   const bool page_aligned = (host | file_offset | nbyte) % kFallbackDirectAlign == 0;
-  IoPolicy policy = page_aligned_policy();
-  if (!page_aligned && !policy_for_fd(fid.fd, policy)) {
+  IoPolicy policy = chosen.buffered_twin() ? IoPolicy{} : page_aligned_policy();
+  if (!page_aligned && !chosen.buffered_twin() && !policy_for_fd(fd, policy)) {
     const int err = errno;
     throw_errno(err, what());
   }
   policy.chunk_size = state->options().staging_bytes;
   TransferResult r =
-      state->backend().transfer(dir, fid.fd, *mapping, mapping_offset, nbyte, file_offset, policy);
-  if (r.error == EINVAL && r.done == 0 && page_aligned) {
+      state->backend().transfer(dir, fd, *mapping, mapping_offset, nbyte, file_offset, policy);
+  if (r.error == EINVAL && r.done == 0 && page_aligned && !chosen.buffered_twin()) {
     // The device wants more than 4 KiB alignment: ask it and stage.
-    if (!policy_for_fd(fid.fd, policy)) {
+    if (!policy_for_fd(fd, policy)) {
       const int err = errno;
       throw_errno(err, what());
     }
     policy.chunk_size = state->options().staging_bytes;
-    r = state->backend().transfer(dir, fid.fd, *mapping, mapping_offset, nbyte, file_offset,
-                                  policy);
+    r = state->backend().transfer(dir, fd, *mapping, mapping_offset, nbyte, file_offset, policy);
   }
   if (r.error != 0) {
     const std::string detail = r.detail.empty() ? std::string() : ": " + r.detail;
@@ -236,11 +249,20 @@ int io_async(const char *function, Direction dir, phxfs_fileid_t fid, const void
   StreamRequest request;
   request.dir = dir;
   request.fd = fid.fd;
+  // The page cache as it is at submission decides, as for File::read_async.
+  if (PolicyReadFd chosen(follows_cache_policy(dir, *target.state) ? fid.fd : -1,
+                          static_cast<std::uint64_t>(f_offset), nbyte);
+      chosen.buffered_twin()) {
+    const int twin = chosen.release();
+    request.fd = twin;
+    request.owned_fd =
+        std::shared_ptr<const void>(nullptr, [twin](const void *) { ::close(twin); });
+  }
   request.mapping_offset = target.address - target.mapping->device_address();
   request.size = nbyte;
   request.file_offset = static_cast<std::uint64_t>(f_offset);
   request.bytes_done = bytes_done;
-  if (!policy_for_fd(fid.fd, request.policy)) {
+  if (!policy_for_fd(request.fd, request.policy)) {
     const int err = errno;
     throw_errno(err, what());
   }
@@ -312,6 +334,8 @@ int phxfs_options_init(phxfs_options_t *options) {
     options->copy_direct_chunk = o.copy_direct_chunk;
     options->stream_workers = o.stream_workers;
     options->stream_staging_bytes = o.stream_staging_bytes;
+    options->read_cache = o.read_cache == phx::ReadCache::descriptor ? PHXFS_READ_CACHE_DESCRIPTOR
+                                                                     : PHXFS_READ_CACHE_AUTO;
     return 0;
   });
 }
@@ -322,7 +346,10 @@ int phxfs_open_options(int device_id, const phxfs_options_t *options) {
     if (options == nullptr) {
       phx::detail::throw_errno(EINVAL, "null options");
     }
-    if (options->size != sizeof(phxfs_options_t)) {
+    // A caller built before read_cache existed passes the size that ends
+    // before it and gets the default for it.
+    constexpr std::size_t kBeforeReadCache = offsetof(phxfs_options_t, read_cache);
+    if (options->size != sizeof(phxfs_options_t) && options->size != kBeforeReadCache) {
       phx::detail::throw_errno(EINVAL, "options.size " + std::to_string(options->size) +
                                            ": this library knows " +
                                            std::to_string(sizeof(phxfs_options_t)) +
@@ -338,6 +365,21 @@ int phxfs_open_options(int device_id, const phxfs_options_t *options) {
     o.copy_direct_chunk = options->copy_direct_chunk;
     o.stream_workers = options->stream_workers;
     o.stream_staging_bytes = options->stream_staging_bytes;
+    if (options->size == sizeof(phxfs_options_t)) {
+      switch (options->read_cache) {
+        case PHXFS_READ_CACHE_AUTO:
+          o.read_cache = phx::ReadCache::automatic;
+          break;
+        case PHXFS_READ_CACHE_DESCRIPTOR:
+          o.read_cache = phx::ReadCache::descriptor;
+          break;
+        default:
+          phx::detail::throw_errno(EINVAL,
+                                   "options.read_cache " +
+                                       std::to_string(static_cast<int>(options->read_cache)) +
+                                       ": expected PHXFS_READ_CACHE_AUTO or _DESCRIPTOR");
+      }
+    }
     o.validate();
     return devices().open(device_id, o, true);
   });

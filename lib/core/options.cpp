@@ -94,6 +94,9 @@ ProcessDefaults read_environment() {
       env_count("PHX_STREAM_WORKERS", o.stream_workers, kStreamWorkers.min, kStreamWorkers.max));
   o.stream_staging_bytes = env_size("PHX_STREAM_STAGING", o.stream_staging_bytes,
                                     kStreamStaging.min, kStreamStaging.max);
+  if (auto cache = env_string("PHX_READ_CACHE")) {
+    o.read_cache = parse_read_cache(*cache, "PHX_READ_CACHE");
+  }
   return d;
 }
 
@@ -119,6 +122,20 @@ std::shared_ptr<const ProcessDefaults> process_defaults() {
 }
 
 }  // namespace
+
+ReadCache parse_read_cache(std::string_view text, const std::string &what) {
+  if (text == "auto") {
+    return ReadCache::automatic;
+  }
+  if (text == "descriptor") {
+    return ReadCache::descriptor;
+  }
+  throw_errno(EINVAL, what + "=" + std::string(text) + ": expected auto or descriptor");
+}
+
+std::string_view to_string(ReadCache cache) noexcept {
+  return cache == ReadCache::descriptor ? "descriptor" : "auto";
+}
 
 std::string default_engine_origin() {
   return process_defaults()->engine_origin;
@@ -152,6 +169,11 @@ void Options::validate() const {
   check("copy_direct_chunk", copy_direct_chunk, kCopyChunk);
   check("stream_workers", stream_workers, kStreamWorkers);
   check("stream_staging_bytes", stream_staging_bytes, kStreamStaging);
+  if (read_cache != ReadCache::automatic && read_cache != ReadCache::descriptor) {
+    throw_errno(EINVAL,
+                "phx::Options::read_cache = " + std::to_string(static_cast<int>(read_cache)) +
+                    ": expected automatic or descriptor");
+  }
 }
 
 }  // namespace phx

@@ -4,8 +4,16 @@
 #define PHOENIX_LIB_CORE_OPTIONS_HPP
 
 #include <string>
+#include <string_view>
+
+#include "phoenix/phoenix.hpp"
 
 namespace phx::detail {
+
+/// "auto" or "descriptor"; anything else throws std::system_error(EINVAL)
+/// naming @p what (the variable or field).
+[[nodiscard]] ReadCache parse_read_cache(std::string_view text, const std::string &what);
+[[nodiscard]] std::string_view to_string(ReadCache cache) noexcept;
 
 /// "PHX_ENGINE=<value>" when the process default engine came from the
 /// environment, else empty: EngineChoice::reason says where a choice came from.

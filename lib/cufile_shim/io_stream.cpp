@@ -36,9 +36,9 @@ CUfileError_t submit(const char *call, bool is_write, CUfileHandle_t fh, void *b
     const auto offset = static_cast<std::uint64_t>(*file_offset_p);
     try {
       if (is_write) {
-        handle->file_for(*t.reg).write_async(*t.reg, t.offset, size, offset, bytes_p, stream);
+        handle->file().write_async(*t.reg, t.offset, size, offset, bytes_p, stream);
       } else {
-        handle->file_for(*t.reg).read_async(*t.reg, t.offset, size, offset, bytes_p, stream);
+        handle->file().read_async(*t.reg, t.offset, size, offset, bytes_p, stream);
       }
     } catch (const std::system_error &e) {
       if (e.code().value() == ENOTSUP) {

@@ -53,9 +53,8 @@ ssize_t transfer(bool is_write, void *fh, const void *base, std::size_t size, of
     const auto *target_address = static_cast<const std::byte *>(base) + buf_offset;
     Target t = shim.resolve(target_address, size);
     const auto offset = static_cast<std::uint64_t>(file_offset);
-    const std::size_t done = is_write
-                                 ? handle->file_for(*t.reg).write(*t.reg, t.offset, size, offset)
-                                 : handle->file_for(*t.reg).read(*t.reg, t.offset, size, offset);
+    const std::size_t done = is_write ? handle->file().write(*t.reg, t.offset, size, offset)
+                                      : handle->file().read(*t.reg, t.offset, size, offset);
     return static_cast<ssize_t>(done);
   } catch (const phx::IoError &e) {
     set_last_error(std::string(call) + ": " + e.what());

@@ -26,7 +26,7 @@ std::string hex(std::uintptr_t v) {
   return {text, n > 0 ? static_cast<std::size_t>(n) : 0};
 }
 
-phx::File open_borrowed(int fd, bool keep_direct = true) {
+phx::File open_borrowed(int fd) {
   const int flags = ::fcntl(fd, F_GETFL);
   struct stat st {};
   if (fd < 0 || flags < 0 || ::fstat(fd, &st) != 0) {
@@ -36,10 +36,14 @@ phx::File open_borrowed(int fd, bool keep_direct = true) {
     throw ShimError(CU_FILE_INVALID_FILE_TYPE,
                     "descriptor " + std::to_string(fd) + " is neither a file nor a block device");
   }
-  // Same access and the same O_DIRECT choice as the caller's descriptor,
-  // so page-cache behaviour is what the caller asked for.
-  const auto direct =
-      keep_direct && (flags & O_DIRECT) != 0 ? phx::DirectIo::preferred : phx::DirectIo::off;
+  // Same access as the caller's descriptor.  A buffered one stays
+  // buffered; an O_DIRECT one (what cuFile asks its callers for) gets the
+  // library's cache policy, each read through the page cache when it holds
+  // the range and O_DIRECT otherwise, as kvikio's compat mode and NVIDIA's
+  // fall-back read a cached file (through the shim kvikio read a warm file
+  // at 1.6 GB/s from the disk against 6-9 GB/s buffered).  The direct
+  // engine's memory is always read O_DIRECT.
+  const auto direct = (flags & O_DIRECT) != 0 ? phx::DirectIo::automatic : phx::DirectIo::off;
   return {"/proc/self/fd/" + std::to_string(fd), flags & O_ACCMODE, 0, direct};
 }
 
@@ -50,15 +54,6 @@ bool overlaps(std::uintptr_t a, std::size_t a_size, std::uintptr_t b, std::size_
 }  // namespace
 
 Handle::Handle(int fd) : fd_(fd), file_(open_borrowed(fd)) {}
-
-phx::File &Handle::file_for(const phx::Registration &reg) {
-  if (reg.host_view() != nullptr || !file_.direct_io()) {
-    return file_;
-  }
-  std::call_once(buffered_once_,
-                 [this] { buffered_ = std::make_unique<phx::File>(open_borrowed(fd_, false)); });
-  return *buffered_;
-}
 
 Shim &Shim::get() {
   static Shim *instance = new Shim();  // NOLINT(cppcoreguidelines-owning-memory): never destroyed

@@ -26,19 +26,13 @@ class Handle {
  public:
   explicit Handle(int fd);
   [[nodiscard]] int fd() const noexcept { return fd_; }
-  /// The file to move @p reg's bytes with.  Memory without a host view
-  /// (compat: bytes pass through pinned host staging anyway) is served
-  /// through a buffered reopen even when the caller asked for O_DIRECT, as
-  /// kvikio's compat mode and NVIDIA's fall-back do: O_DIRECT there buys no
-  /// copy and loses the page cache (kvikio through the shim read a warm
-  /// file at 1.6 GB/s from the disk against 6-9 GB/s buffered).
-  [[nodiscard]] phx::File &file_for(const phx::Registration &reg);
+  /// The file to move bytes with: DirectIo::automatic over an O_DIRECT
+  /// descriptor (each read by the page cache), buffered over a buffered one.
+  [[nodiscard]] phx::File &file() noexcept { return file_; }
 
  private:
   int fd_;
   phx::File file_;
-  std::once_flag buffered_once_;
-  std::unique_ptr<phx::File> buffered_;
 };
 
 /// Where an I/O lands: a registration and the offset in it.  @c serial is

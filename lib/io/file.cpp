@@ -13,6 +13,7 @@
 #include "core/device_state.hpp"
 #include "core/error.hpp"
 #include "io/aligned_io.hpp"
+#include "io/buffered_twin.hpp"
 #include "io/file_caps.hpp"
 #include "io/residency.hpp"
 #include "io/stream_io.hpp"
@@ -111,6 +112,34 @@ File::File(std::filesystem::path path, int flags, mode_t mode, DirectIo direct)
   direct_ = policy.direct;
   offset_align_ = policy.offset_align;
   memory_align_ = policy.memory_align;
+  if (direct == DirectIo::automatic && direct_ && (flags & O_ACCMODE) != O_WRONLY) {
+    buffered_fd_ = detail::open_buffered_twin(fd_, path_);
+  }
+}
+
+bool File::reads_buffered(std::uint64_t offset, std::uint64_t length) const noexcept {
+  if (fd_ < 0) {
+    return false;
+  }
+  if (!direct_) {
+    return true;
+  }
+  return buffered_fd_ >= 0 && length > 0 && detail::read_buffered(buffered_fd_, offset, length);
+}
+
+int File::read_fd(const Registration *reg, std::uint64_t offset, std::size_t size) const noexcept {
+  if (buffered_fd_ < 0) {
+    return fd_;
+  }
+  // The direct engine's mapped device pages: a buffered read would be a CPU
+  // copy from the page cache across the bus, O_DIRECT is the NVMe's DMA.
+  if (reg != nullptr) {
+    const EngineCapabilities caps = reg->device_->capabilities();
+    if (caps.device_memory && caps.host_view) {
+      return fd_;
+    }
+  }
+  return detail::read_buffered(buffered_fd_, offset, size) ? buffered_fd_ : fd_;
 }
 
 double File::cached_fraction(std::uint64_t offset, std::uint64_t length) const noexcept {
@@ -127,6 +156,7 @@ double File::cached_fraction(std::uint64_t offset, std::uint64_t length) const n
 
 File::File(File &&other) noexcept
     : fd_(std::exchange(other.fd_, -1)),
+      buffered_fd_(std::exchange(other.buffered_fd_, -1)),
       path_(std::move(other.path_)),
       direct_(other.direct_),
       offset_align_(other.offset_align_),
@@ -137,7 +167,11 @@ File &File::operator=(File &&other) noexcept {
     if (fd_ >= 0) {
       ::close(fd_);
     }
+    if (buffered_fd_ >= 0) {
+      ::close(buffered_fd_);
+    }
     fd_ = std::exchange(other.fd_, -1);
+    buffered_fd_ = std::exchange(other.buffered_fd_, -1);
     path_ = std::move(other.path_);
     direct_ = other.direct_;
     offset_align_ = other.offset_align_;
@@ -149,6 +183,9 @@ File &File::operator=(File &&other) noexcept {
 File::~File() {
   if (fd_ >= 0) {
     ::close(fd_);
+  }
+  if (buffered_fd_ >= 0) {
+    ::close(buffered_fd_);
   }
 }
 
@@ -196,18 +233,21 @@ std::size_t File::transfer(bool is_write, const Registration *reg, std::size_t r
   if (size == 0) {
     return 0;
   }
+  const int fd = is_write ? fd_ : read_fd(reg, file_offset, size);
   detail::IoPolicy policy;
-  policy.direct = direct_;
-  policy.offset_align = offset_align_;
-  policy.memory_align = memory_align_;
+  if (fd == fd_) {
+    policy.direct = direct_;
+    policy.offset_align = offset_align_;
+    policy.memory_align = memory_align_;
+  }
   if (reg != nullptr) {
     policy.chunk_size = reg->device_->options().staging_bytes;
   }
   const auto dir = is_write ? detail::Direction::write : detail::Direction::read;
   const detail::TransferResult result =
-      reg != nullptr ? reg->device_->backend().transfer(dir, fd_, *reg->mapping_, reg_offset, size,
+      reg != nullptr ? reg->device_->backend().transfer(dir, fd, *reg->mapping_, reg_offset, size,
                                                         file_offset, policy)
-                     : detail::transfer(dir, fd_, host, size, file_offset, policy);
+                     : detail::transfer(dir, fd, host, size, file_offset, policy);
   if (result.error != 0) {
     detail::throw_io(result.error, op, path_, file_offset, size, result.done,
                      result.detail.empty()
@@ -253,15 +293,18 @@ void File::submit_async(bool is_write, const Registration &reg, std::size_t reg_
   }
   detail::StreamRequest request;
   request.dir = is_write ? detail::Direction::write : detail::Direction::read;
-  request.fd = fd_;
+  // Chosen at submission: the page cache as it is when the caller asks.
+  request.fd = is_write ? fd_ : read_fd(&reg, file_offset, size);
   request.device = reg.device_;
   request.mapping = reg.mapping_;
   request.mapping_offset = reg_offset;
   request.size = size;
   request.file_offset = file_offset;
-  request.policy.direct = direct_;
-  request.policy.offset_align = offset_align_;
-  request.policy.memory_align = memory_align_;
+  if (request.fd == fd_) {
+    request.policy.direct = direct_;
+    request.policy.offset_align = offset_align_;
+    request.policy.memory_align = memory_align_;
+  }
   request.bytes_done = bytes_done;
   try {
     detail::submit_stream_ordered(std::move(request), stream);

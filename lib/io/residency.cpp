@@ -2,9 +2,13 @@
 #include "io/residency.hpp"
 
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
+
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "core/tsan_kernel_memory.hpp"
@@ -33,16 +37,85 @@ std::uint64_t sample_in_cell(std::uint64_t cell, std::uint64_t cell_pages) noexc
   return x % cell_pages;
 }
 
+// cachestat(2) (Linux 6.5): the page cache's count for a byte range in one
+// call, with no mapping to set up and tear down: a few microseconds less
+// per read, which File's per-read policy pays at every request.  The ABI,
+// from include/uapi/linux/mman.h.
+constexpr long kCachestatSyscall = 451;  // the same number on every architecture
+struct CachestatRange {
+  std::uint64_t off;
+  std::uint64_t len;
+};
+struct Cachestat {
+  std::uint64_t nr_cache;
+  std::uint64_t nr_dirty;
+  std::uint64_t nr_writeback;
+  std::uint64_t nr_evicted;
+  std::uint64_t nr_recently_evicted;
+};
+std::atomic<bool> cachestat_missing{false};
+
+// -1 when cachestat cannot tell (an older kernel, or a file it refuses).
+double cached_by_cachestat(int fd, std::uint64_t begin, std::uint64_t pages,
+                           std::uint64_t page) noexcept {
+  if (cachestat_missing.load(std::memory_order_relaxed)) {
+    return -1;
+  }
+  CachestatRange range{begin, pages * page};
+  Cachestat stat{};
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-vararg)
+  if (::syscall(kCachestatSyscall, fd, &range, &stat, 0) != 0) {
+    if (errno == ENOSYS) {
+      cachestat_missing.store(true, std::memory_order_relaxed);
+    }
+    return -1;
+  }
+  return static_cast<double>(std::min(stat.nr_cache, pages)) / static_cast<double>(pages);
+}
+
+// The whole pages [offset, offset + length) touches; none when the page
+// size cannot be told.
+struct PageSpan {
+  std::uint64_t page = 0;
+  std::uint64_t begin = 0;
+  std::uint64_t pages = 0;
+};
+
+PageSpan page_span(std::uint64_t offset, std::uint64_t length) noexcept {
+  const long page_size = ::sysconf(_SC_PAGESIZE);
+  if (length == 0 || page_size <= 0) {
+    return {};
+  }
+  PageSpan span;
+  span.page = static_cast<std::uint64_t>(page_size);
+  span.begin = offset / span.page * span.page;
+  span.pages = (offset + length - span.begin + span.page - 1) / span.page;
+  return span;
+}
+
 }  // namespace
 
 double resident_fraction(int fd, std::uint64_t offset, std::uint64_t length) noexcept {
-  const long page_size = ::sysconf(_SC_PAGESIZE);
-  if (length == 0 || page_size <= 0) {
+  const PageSpan span = page_span(offset, length);
+  if (span.pages == 0) {
     return 0;
   }
-  const auto page = static_cast<std::uint64_t>(page_size);
-  const std::uint64_t begin = offset / page * page;
-  const std::uint64_t pages = (offset + length - begin + page - 1) / page;
+  // Exact ranges only: past kExactPages cachestat walks every page of the
+  // range, where mincore's sample looks at 1024.
+  if (span.pages <= kExactPages) {
+    if (const double cached = cached_by_cachestat(fd, span.begin, span.pages, span.page);
+        cached >= 0) {
+      return cached;
+    }
+  }
+  return mincore_fraction(fd, offset, length);
+}
+
+double mincore_fraction(int fd, std::uint64_t offset, std::uint64_t length) noexcept {
+  const auto [page, begin, pages] = page_span(offset, length);
+  if (pages == 0) {
+    return 0;
+  }
   const std::uint64_t cell = pages <= kExactPages ? 1 : (pages + kSampleCells - 1) / kSampleCells;
   // Whole cells per window, so that no cell straddles two mappings.
   const std::uint64_t window = std::max(cell, kWindowPages / cell * cell);

@@ -14,6 +14,23 @@ namespace phx::detail {
 /// told (mmap or mincore failing).
 [[nodiscard]] double resident_fraction(int fd, std::uint64_t offset, std::uint64_t length) noexcept;
 
+/// The same by mapping the range and asking mincore(2) (what
+/// resident_fraction does on kernels without cachestat(2), and for ranges
+/// past 64 MiB).
+[[nodiscard]] double mincore_fraction(int fd, std::uint64_t offset, std::uint64_t length) noexcept;
+
+/// The cache policy's line: a range at least this resident is read through
+/// the page cache (a memory copy), anything less with O_DIRECT (the disk at
+/// full queue depth, no second copy, no eviction of what others cached).
+inline constexpr double kResidentForBuffered = 0.5;
+
+/// The policy for one read of [offset, offset + length): true when it
+/// should go through the page cache.
+[[nodiscard]] inline bool read_buffered(int fd, std::uint64_t offset,
+                                        std::uint64_t length) noexcept {
+  return resident_fraction(fd, offset, length) >= kResidentForBuffered;
+}
+
 }  // namespace phx::detail
 
 #endif  // PHOENIX_LIB_IO_RESIDENCY_HPP

@@ -82,6 +82,9 @@ struct StreamRequest {
   std::uint64_t file_offset = 0;
   IoPolicy policy;
   ssize_t *bytes_done = nullptr;  // bytes moved, or -errno when nothing moved
+  // A descriptor the library opened for this request (the cache policy's
+  // buffered twin): open until the request is done.
+  std::shared_ptr<const void> owned_fd;
 };
 
 /// One device's stream-ordered I/O: a bounded pool of I/O threads, a

@@ -31,8 +31,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Buffered reads win when the page cache already holds the file.
-constexpr double kResidentForBuffered = 0.5;
 // compat/cufile pipeline one File::read internally; a piece this size keeps
 // the progress counter moving without starving that pipeline.
 constexpr std::size_t kEnginePiece = std::size_t{256} << 20;
@@ -104,7 +102,8 @@ DirectIo open_mode(const LoadOptions &options, const EngineCapabilities &caps,
   const File probe(path, O_RDONLY, 0644, DirectIo::off);
   const double resident =
       detail::resident_fraction(probe.fd(), header.data_offset(), header.file_size);
-  return resident >= kResidentForBuffered ? DirectIo::off : DirectIo::preferred;
+  // The cache policy's line (File's DirectIo::automatic), for the whole file.
+  return resident >= detail::kResidentForBuffered ? DirectIo::off : DirectIo::preferred;
 }
 
 // Bytes of the segment that exist in the file (the aligned end may pass EOF).

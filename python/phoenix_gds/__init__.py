@@ -135,14 +135,18 @@ class Device(_Device):
 
 
 class File(_File):
-    """A file opened for Phoenix I/O: ``File(path, mode="r", *, direct="preferred", engine="auto")``.
+    """A file opened for Phoenix I/O: ``File(path, mode="r", *, direct="auto", engine="auto")``.
 
     mode: "r" read-only, "r+" read-write, "w"/"w+" created or truncated,
     "a"/"a+" created if missing, kept otherwise, "x"/"x+" created and new
     (writable modes also read: unaligned ``O_DIRECT`` writes read their
-    edge blocks).  direct: "preferred" (``O_DIRECT`` where the filesystem
-    has it), "required" (or True), "off" (or False).  engine: the engine for
-    CUDA buffers that no open :class:`Device` has registered.
+    edge blocks).  direct: "auto" (each read by the page cache: through it
+    when it holds at least half of the range, else ``O_DIRECT``; writes
+    ``O_DIRECT``; the direct engine's memory always ``O_DIRECT``),
+    "preferred" (``O_DIRECT`` where the filesystem has it), "required" (or
+    True), "off" (or False).  :meth:`reads_buffered` says what a read of a
+    range would do now.  engine: the engine for CUDA buffers that no open
+    :class:`Device` has registered.
 
     ``pread``/``pwrite`` block and return the bytes moved; ``pread_async``/
     ``pwrite_async`` return an :class:`IOFuture`; ``pread_batch``/
@@ -156,7 +160,7 @@ class File(_File):
     argument; ValueError on a closed file.
     """
 
-    def __init__(self, path: PathLike, mode: str = "r", *, direct: Union[str, bool] = "preferred",
+    def __init__(self, path: PathLike, mode: str = "r", *, direct: Union[str, bool] = "auto",
                  engine: str = "auto"):
         super().__init__(path, mode, direct=direct, engine=engine)
         self._pending = _futures.Pending(f"I/O operation on closed file {self.path}")

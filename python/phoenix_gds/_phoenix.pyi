@@ -105,6 +105,7 @@ class Options:
     copy_direct_chunk: int
     stream_workers: int
     stream_staging_bytes: int
+    read_cache: str
     def __init__(self, **fields: Any) -> None: ...
     @staticmethod
     def defaults() -> Options:
@@ -154,7 +155,7 @@ class Device:
 
 class File:
     """A file opened for Phoenix I/O (see phoenix_gds.File)."""
-    def __init__(self, path: _Path, mode: str = "r", *, direct: Union[str, bool] = "preferred",
+    def __init__(self, path: _Path, mode: str = "r", *, direct: Union[str, bool] = "auto",
                  engine: str = "auto") -> None: ...
     def pread(self, buf: Any, size: Optional[int] = None, file_offset: int = 0,
               buf_offset: int = 0) -> int:
@@ -185,6 +186,8 @@ class File:
     @property
     def direct_io(self) -> bool:
         """True when opened O_DIRECT."""
+    def reads_buffered(self, file_offset: int, size: int) -> bool:
+        """Whether a read of the range would go through the page cache now."""
     @property
     def path(self) -> str:
         """The path as opened."""

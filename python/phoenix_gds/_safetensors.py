@@ -281,7 +281,9 @@ class safe_open:  # noqa: N801  (safetensors' name)
         self._target = _Target(framework, device)
         self._header = _phoenix.read_header(os.fspath(filename))
         self._tensors: Dict[str, tuple] = self._header["tensors"]
-        self._file = File(filename, "r")  # O_DIRECT where the filesystem has it
+        # This reader picks the descriptor itself (below), so the O_DIRECT one
+        # stays O_DIRECT rather than asking the page cache a second time.
+        self._file = File(filename, "r", direct="preferred")
         self._buffered = File(filename, "r", direct="off")
         if hasattr(os, "posix_fadvise"):
             os.posix_fadvise(self._buffered.fd, 0, 0, os.POSIX_FADV_RANDOM)

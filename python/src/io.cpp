@@ -335,6 +335,9 @@ phx::DirectIo parse_direct(const py::handle &direct_arg) {
   }
   const std::string direct =
       py::isinstance<py::str>(direct_arg) ? py::cast<std::string>(direct_arg) : std::string();
+  if (direct == "auto") {
+    return phx::DirectIo::automatic;
+  }
   if (direct == "preferred") {
     return phx::DirectIo::preferred;
   }
@@ -345,7 +348,7 @@ phx::DirectIo parse_direct(const py::handle &direct_arg) {
     return phx::DirectIo::off;
   }
   throw ArgumentError("direct " + std::string(py::repr(direct_arg)) +
-                      ": expected preferred, required, off, True or False");
+                      ": expected auto, preferred, required, off, True or False");
 }
 
 // One request of an I/O, checked with the GIL held.
@@ -596,6 +599,13 @@ class PyFile {
     const std::shared_lock lock(mutex_);
     return open_file().cached_fraction(first, count);
   }
+  [[nodiscard]] bool reads_buffered(const py::object &offset, const py::object &length) {
+    const auto first = int_arg<std::uint64_t>(offset, "reads_buffered: file_offset");
+    const auto count = int_arg<std::uint64_t>(length, "reads_buffered: size");
+    const py::gil_scoped_release release;
+    const std::shared_lock lock(mutex_);
+    return open_file().reads_buffered(first, count);
+  }
   [[nodiscard]] int fd() {
     const std::shared_lock lock(mutex_);
     return open_file().fd();
@@ -767,15 +777,16 @@ so far} for this device and engine (every Device sharing it).)");
 
   py::class_<PyFile> file(m, "File", R"(A file opened for Phoenix I/O.
 
-File(path, mode="r", *, direct="preferred", engine="auto").  mode: "r"
+File(path, mode="r", *, direct="auto", engine="auto").  mode: "r"
 read-only, "r+" read-write, "w"/"w+" created or truncated, "x"/"x+" created
 and new (writable modes read too: unaligned O_DIRECT writes read their edge
-blocks).  direct: "preferred" (O_DIRECT where the filesystem has it),
-"required", "off".  engine: for CUDA buffers no open Device has
+blocks).  direct: "auto" (each read through the page cache when it holds at
+least half of the range, else O_DIRECT), "preferred" (O_DIRECT where the
+filesystem has it), "required", "off".  engine: for CUDA buffers no open Device has
 registered.  A context manager; close() waits for I/O in flight.)");
   file.def(py::init<const std::filesystem::path &, const py::object &, const py::object &,
                     const py::object &>(),
-           py::arg("path"), py::arg("mode") = "r", py::kw_only(), py::arg("direct") = "preferred",
+           py::arg("path"), py::arg("mode") = "r", py::kw_only(), py::arg("direct") = "auto",
            py::arg("engine") = "auto")
       .def("pread", &PyFile::pread, py::arg("buf"), py::arg("size") = py::none(),
            py::arg("file_offset") = 0, py::arg("buf_offset") = 0,
@@ -810,6 +821,11 @@ of the file is OSError(EIO).)")
            py::arg("length") = std::numeric_limits<std::uint64_t>::max(),
            R"(Fraction (0 to 1) of [offset, offset + length) that the page cache holds
 (mincore): whether a buffered read would be served from memory.)")
+      .def("reads_buffered", &PyFile::reads_buffered, py::arg("file_offset"), py::arg("size"),
+           R"(Whether a read of [file_offset, file_offset + size) into host or compat
+GPU memory would go through the page cache now: direct="auto" asks the page
+cache (at least half of the range held), "off" always, "preferred" and
+"required" never (where the file has O_DIRECT).)")
       .def_property_readonly("fd", &PyFile::fd, "The file descriptor.")
       .def_property_readonly("direct_io", &PyFile::direct_io, "True when opened O_DIRECT.")
       .def_property_readonly("path", &PyFile::path, "The path as opened.")

@@ -60,6 +60,10 @@ void integer_field(py::class_<phx::Options> &options, const char *name, T phx::O
       doc);
 }
 
+std::string read_cache_name(phx::ReadCache cache) {
+  return cache == phx::ReadCache::descriptor ? "descriptor" : "auto";
+}
+
 std::string repr(const phx::Options &o) {
   return "Options(engine=\"" + std::string(phx::to_string(o.engine)) +
          "\", queue_depth=" + std::to_string(o.queue_depth) +
@@ -69,7 +73,8 @@ std::string repr(const phx::Options &o) {
          ", copy_chunk=" + std::to_string(o.copy_chunk) +
          ", copy_direct_chunk=" + std::to_string(o.copy_direct_chunk) +
          ", stream_workers=" + std::to_string(o.stream_workers) +
-         ", stream_staging_bytes=" + std::to_string(o.stream_staging_bytes) + ")";
+         ", stream_staging_bytes=" + std::to_string(o.stream_staging_bytes) + ", read_cache=\"" +
+         read_cache_name(o.read_cache) + "\")";
 }
 
 }  // namespace
@@ -89,6 +94,22 @@ the field.  Fields and their variables: docs/configuration.md.)");
             o.engine = engine_arg(name, "Options.engine");
           },
           R"(PHX_ENGINE: "auto", "direct", "host", "compat" or "cufile".)")
+      .def_property(
+          "read_cache", [](const phx::Options &o) { return read_cache_name(o.read_cache); },
+          [](phx::Options &o, const py::object &value) {
+            if (!py::isinstance<py::str>(value)) {
+              throw ArgumentError("Options.read_cache " + std::string(py::repr(value)) +
+                                  ": expected \"auto\" or \"descriptor\"");
+            }
+            const auto name = py::cast<std::string>(value);
+            if (name != "auto" && name != "descriptor") {
+              throw ArgumentError("Options.read_cache " + std::string(py::repr(value)) +
+                                  ": expected \"auto\" or \"descriptor\"");
+            }
+            o.read_cache = name == "auto" ? phx::ReadCache::automatic : phx::ReadCache::descriptor;
+          },
+          R"(PHX_READ_CACHE: how the C API reads through an O_DIRECT descriptor, "auto"
+(a range the page cache holds through the page cache) or "descriptor".)")
       .def_static("defaults", &phx::Options::defaults,
                   "The process defaults (the environment as first read).")
       .def_static("from_environment", &phx::Options::from_environment,

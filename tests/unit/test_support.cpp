@@ -205,4 +205,16 @@ ScratchMount::~ScratchMount() {
   }
 }
 
+std::uint64_t storage_read_bytes() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  std::uint64_t value = 0;
+  while (io >> key >> value) {
+    if (key == "read_bytes:") {
+      return value;
+    }
+  }
+  throw std::runtime_error("/proc/self/io has no read_bytes (no task I/O accounting)");
+}
+
 }  // namespace phx::test

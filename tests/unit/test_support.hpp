@@ -49,6 +49,11 @@ void write_sparse_file(const std::filesystem::path &path, std::uint64_t size, st
                        std::uint64_t seed);
 [[nodiscard]] std::vector<std::byte> read_whole_file(const std::filesystem::path &path);
 
+/// Bytes this process has had the block layer read (/proc/self/io
+/// read_bytes): what tells an O_DIRECT read of a cached range (the disk)
+/// from a buffered one (memory).
+[[nodiscard]] std::uint64_t storage_read_bytes();
+
 /// Makes a FIFO at @p fifo and runs @p body, which opens it, on another
 /// thread.  True when body returned within @p seconds while nothing had
 /// the FIFO open for writing; otherwise the FIFO is opened for writing

@@ -119,6 +119,28 @@ TEST_F(Residency, SmallRangesAreCountedExactly) {
   EXPECT_DOUBLE_EQ(resident_fraction(fd_, 0, length), exact_fraction(fd_, 0, length));
 }
 
+// Small ranges are counted by cachestat(2) where the kernel has it and by
+// mincore(2) elsewhere (Linux 6.1): both must give the exact answer.
+TEST_F(Residency, BothCountersAgreeWithMincorePageByPage) {
+  lay_out(4096, [](std::uint64_t at) { return (at / 4096) % 3 == 0; });
+  struct Range {
+    std::uint64_t offset;
+    std::uint64_t length;
+  };
+  for (const Range r : {Range{0, 4096}, Range{4096, 4096}, Range{100, 3 * 4096},
+                        Range{5000, 64 * 1024 + 7}, Range{kMiB + 1, 16 * kMiB}}) {
+    const double exact = exact_fraction(fd_, r.offset, r.length);
+    EXPECT_DOUBLE_EQ(resident_fraction(fd_, r.offset, r.length), exact)
+        << "range " << r.offset << " + " << r.length;
+    EXPECT_DOUBLE_EQ(phx::detail::mincore_fraction(fd_, r.offset, r.length), exact)
+        << "range " << r.offset << " + " << r.length;
+  }
+  // The policy's line: two of three pages evicted reads O_DIRECT, a range
+  // whose every page is cached reads buffered.
+  EXPECT_FALSE(phx::detail::read_buffered(fd_, 0, 3 * 4096));
+  EXPECT_TRUE(phx::detail::read_buffered(fd_, 3 * 4096, 4096));
+}
+
 TEST_F(Residency, UnknowableRangesReadAsZero) {
   EXPECT_EQ(resident_fraction(fd_, 0, 0), 0.0);
   EXPECT_EQ(resident_fraction(-1, 0, size_), 0.0);
