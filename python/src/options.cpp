@@ -99,12 +99,12 @@ the field.  Fields and their variables: docs/configuration.md.)");
           [](phx::Options &o, const py::object &value) {
             if (!py::isinstance<py::str>(value)) {
               throw ArgumentError("Options.read_cache " + std::string(py::repr(value)) +
-                                  ": expected \"auto\" or \"descriptor\"");
+                                  R"(: expected "auto" or "descriptor")");
             }
             const auto name = py::cast<std::string>(value);
             if (name != "auto" && name != "descriptor") {
               throw ArgumentError("Options.read_cache " + std::string(py::repr(value)) +
-                                  ": expected \"auto\" or \"descriptor\"");
+                                  R"(: expected "auto" or "descriptor")");
             }
             o.read_cache = name == "auto" ? phx::ReadCache::automatic : phx::ReadCache::descriptor;
           },
