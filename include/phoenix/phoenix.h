@@ -117,7 +117,8 @@ typedef struct phxfs_options {
   unsigned stream_workers;     /**< PHX_STREAM_WORKERS */
   size_t stream_staging_bytes; /**< PHX_STREAM_STAGING */
   phxfs_read_cache_t
-      read_cache; /**< PHX_READ_CACHE (added in 0.2: older callers' size ends before it) */
+      read_cache;        /**< PHX_READ_CACHE (added in 0.2: older callers' size ends before it) */
+  unsigned copy_spin_us; /**< PHX_COPY_SPIN_US (added in 0.2, with read_cache) */
 } phxfs_options_t;
 
 /** phxfs_options_init - fill @options with the process defaults.  Errors:

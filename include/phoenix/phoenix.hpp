@@ -172,6 +172,12 @@ struct PHX_EXPORT Options {
   /// PHX_READ_CACHE (auto or descriptor): the C API's reads through an
   /// O_DIRECT descriptor of ranges the page cache holds.
   ReadCache read_cache = ReadCache::automatic;
+  /// PHX_COPY_SPIN_US: microseconds an idle copy thread of a compat device,
+  /// and a caller waiting for them, poll before they sleep, 0..10000 (0:
+  /// sleep at once).  A synchronous read that sleeps pays two thread
+  /// wake-ups, which a back-to-back caller (cuFileRead in a loop) pays on
+  /// every call.
+  unsigned copy_spin_us = 100;
 
   /// The built-in defaults with the environment applied (read now).
   [[nodiscard]] static Options from_environment();

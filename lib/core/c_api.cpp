@@ -336,6 +336,7 @@ int phxfs_options_init(phxfs_options_t *options) {
     options->stream_staging_bytes = o.stream_staging_bytes;
     options->read_cache = o.read_cache == phx::ReadCache::descriptor ? PHXFS_READ_CACHE_DESCRIPTOR
                                                                      : PHXFS_READ_CACHE_AUTO;
+    options->copy_spin_us = o.copy_spin_us;
     return 0;
   });
 }
@@ -347,7 +348,7 @@ int phxfs_open_options(int device_id, const phxfs_options_t *options) {
       phx::detail::throw_errno(EINVAL, "null options");
     }
     // A caller built before read_cache existed passes the size that ends
-    // before it and gets the default for it.
+    // before it and gets the defaults for it and copy_spin_us.
     constexpr std::size_t kBeforeReadCache = offsetof(phxfs_options_t, read_cache);
     if (options->size != sizeof(phxfs_options_t) && options->size != kBeforeReadCache) {
       phx::detail::throw_errno(EINVAL, "options.size " + std::to_string(options->size) +
@@ -379,6 +380,7 @@ int phxfs_open_options(int device_id, const phxfs_options_t *options) {
                                        std::to_string(static_cast<int>(options->read_cache)) +
                                        ": expected PHXFS_READ_CACHE_AUTO or _DESCRIPTOR");
       }
+      o.copy_spin_us = options->copy_spin_us;
     }
     o.validate();
     return devices().open(device_id, o, true);

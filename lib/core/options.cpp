@@ -32,6 +32,7 @@ constexpr Limits kCopyDepth{2, 64};
 constexpr Limits kCopyChunk{4 * kKiB, kGiB};
 constexpr Limits kStreamWorkers{1, 1024};
 constexpr Limits kStreamStaging{64 * kKiB, 64 * kGiB};
+constexpr Limits kCopySpin{0, 10000};
 
 void check(const char *field, std::size_t value, Limits limits) {
   if (value < limits.min || value > limits.max) {
@@ -97,6 +98,8 @@ ProcessDefaults read_environment() {
   if (auto cache = env_string("PHX_READ_CACHE")) {
     o.read_cache = parse_read_cache(*cache, "PHX_READ_CACHE");
   }
+  o.copy_spin_us = static_cast<unsigned>(
+      env_count("PHX_COPY_SPIN_US", o.copy_spin_us, kCopySpin.min, kCopySpin.max));
   return d;
 }
 
@@ -169,6 +172,7 @@ void Options::validate() const {
   check("copy_direct_chunk", copy_direct_chunk, kCopyChunk);
   check("stream_workers", stream_workers, kStreamWorkers);
   check("stream_staging_bytes", stream_staging_bytes, kStreamStaging);
+  check("copy_spin_us", copy_spin_us, kCopySpin);
   if (read_cache != ReadCache::automatic && read_cache != ReadCache::descriptor) {
     throw_errno(EINVAL,
                 "phx::Options::read_cache = " + std::to_string(static_cast<int>(read_cache)) +

@@ -106,6 +106,7 @@ class Options:
     stream_workers: int
     stream_staging_bytes: int
     read_cache: str
+    copy_spin_us: int
     def __init__(self, **fields: Any) -> None: ...
     @staticmethod
     def defaults() -> Options:

@@ -73,7 +73,8 @@ std::string repr(const phx::Options &o) {
          ", copy_chunk=" + std::to_string(o.copy_chunk) +
          ", copy_direct_chunk=" + std::to_string(o.copy_direct_chunk) +
          ", stream_workers=" + std::to_string(o.stream_workers) +
-         ", stream_staging_bytes=" + std::to_string(o.stream_staging_bytes) + ", read_cache=\"" +
+         ", stream_staging_bytes=" + std::to_string(o.stream_staging_bytes) +
+         ", copy_spin_us=" + std::to_string(o.copy_spin_us) + ", read_cache=\"" +
          read_cache_name(o.read_cache) + "\")";
 }
 
@@ -134,6 +135,8 @@ the field.  Fields and their variables: docs/configuration.md.)");
                 "PHX_STREAM_WORKERS: threads running stream-ordered I/O.");
   integer_field(options, "stream_staging_bytes", &phx::Options::stream_staging_bytes,
                 "PHX_STREAM_STAGING: pinned memory of stream-ordered compat I/O.");
+  integer_field(options, "copy_spin_us", &phx::Options::copy_spin_us,
+                "PHX_COPY_SPIN_US: microseconds idle copy threads poll before sleeping (0-10000).");
 }
 
 }  // namespace phx::python

@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <system_error>
+#include <thread>
 #include <utility>
 
 #include "core/error.hpp"
@@ -28,7 +30,8 @@ struct CopyPool::Job {
   std::mutex mutex;
   std::condition_variable all_done;
   std::size_t finished = 0;
-  std::string detail;  // first CUDA failure, in words
+  std::atomic<std::size_t> finished_seen{0};  // finished, for polling without the mutex
+  std::string detail;                         // first CUDA failure, in words
 
   void range(std::size_t i, std::uint64_t &offset, std::size_t &length) const noexcept {
     const std::uint64_t start = i == 0 ? file_offset : base + i * chunk;
@@ -46,7 +49,8 @@ struct CopyPool::Job {
     }
     // Notify under the lock: the waiter destroys the job as soon as it sees
     // the last completion.
-    if (++finished == count) {
+    finished_seen.store(++finished, std::memory_order_release);
+    if (finished == count) {
       all_done.notify_one();
     }
   }
@@ -75,6 +79,36 @@ std::size_t round_up(std::size_t value, std::size_t to) {
   return (value + to - 1) / to * to;
 }
 
+void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#else
+  std::this_thread::yield();
+#endif
+}
+
+/// Polls @p done for up to @p spin_us microseconds; true once it holds.
+template <typename Predicate>
+bool poll_for(unsigned spin_us, Predicate done) noexcept {
+  if (spin_us == 0) {
+    return false;
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (done()) {
+        return true;
+      }
+      cpu_relax();
+    }
+    if (std::chrono::steady_clock::now() >= until) {
+      return done();
+    }
+  }
+}
+
 }  // namespace
 
 CopyPoolConfig copy_pool_config(const Options &options) noexcept {
@@ -84,6 +118,7 @@ CopyPoolConfig copy_pool_config(const Options &options) noexcept {
   c.chunk = round_up(options.copy_chunk, 4096);
   c.direct_chunk = round_up(options.copy_direct_chunk, 4096);
   c.depth = options.copy_depth;
+  c.spin_us = options.copy_spin_us;
   return c;
 }
 
@@ -146,6 +181,7 @@ CopyPool::~CopyPool() {
   {
     const std::lock_guard lock(mutex_);
     stop_ = true;
+    wanted_.store(true, std::memory_order_release);
   }
   work_.notify_all();
   for (auto &t : threads_) {
@@ -265,7 +301,14 @@ TransferResult CopyPool::run_inline(Lane &lane, Direction dir, int fd, std::uint
   return result;
 }
 
+bool CopyPool::spin_for_work() const noexcept {
+  return poll_for(config_.spin_us, [this] { return wanted_.load(std::memory_order_acquire); });
+}
+
 bool CopyPool::take(Task &task, bool wait) {
+  if (wait) {
+    (void)spin_for_work();  // then the mutex, and the condition variable if still idle
+  }
   std::unique_lock lock(mutex_);
   if (wait) {
     work_.wait(lock, [this] { return stop_ || !queue_.empty(); });
@@ -277,6 +320,7 @@ bool CopyPool::take(Task &task, bool wait) {
   task = {job, job->next++};
   if (job->next == job->count) {
     queue_.pop_front();
+    wanted_.store(stop_ || !queue_.empty(), std::memory_order_release);
   }
   return true;
 }
@@ -452,12 +496,18 @@ TransferResult CopyPool::run(Direction dir, int fd, std::uintptr_t device, std::
     {
       const std::lock_guard lock(mutex_);
       queue_.push_back(&job);
+      wanted_.store(true, std::memory_order_release);
     }
     if (job.count == 1) {
       work_.notify_one();
     } else {
       work_.notify_all();
     }
+    (void)poll_for(config_.spin_us, [&job] {
+      return job.finished_seen.load(std::memory_order_acquire) == job.count;
+    });
+    // Taken even when polling saw the end: the last worker releases the
+    // job's mutex after its final touch of the job, which dies with this frame.
     std::unique_lock lock(job.mutex);
     job.all_done.wait(lock, [&job] { return job.finished == job.count; });
     TransferResult result;

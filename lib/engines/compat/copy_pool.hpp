@@ -7,10 +7,14 @@
 // O_DIRECT block, so parallel chunks never share a block.  Small transfers
 // (one chunk of at most kInlineBytes) run on the caller's thread through
 // one of a few inline lanes when one is free: handing them to a worker and
-// back costs two thread wake-ups, more than the copy itself.
+// back costs two thread wake-ups, more than the copy itself.  Larger ones
+// pay them too unless the workers and the caller find each other awake:
+// both poll for spin_us before they sleep, so a caller reading in a loop
+// (kvikio's 4 MiB cuFileRead tasks) finds the workers still polling.
 #ifndef PHOENIX_LIB_COPY_POOL_HPP
 #define PHOENIX_LIB_COPY_POOL_HPP
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -32,6 +36,7 @@ struct CopyPoolConfig {
   std::size_t chunk = 0;         ///< bytes per chunk (one pread/pwrite, one copy)
   std::size_t direct_chunk = 0;  ///< the same for O_DIRECT descriptors
   std::size_t depth = 0;         ///< chunks in flight per worker (staging buffers each)
+  unsigned spin_us = 0;          ///< polling before a worker or a waiting caller sleeps
 };
 
 /// The copy_* fields of @p options (validated).
@@ -108,6 +113,8 @@ class CopyPool {
   /// pins its own, and reports that failure).
   [[nodiscard]] PinnedBuffer take_pinned(std::size_t worker, std::size_t slot) noexcept;
   bool take(Task &task, bool wait);
+  /// Polls up to config_.spin_us for queued work or a stop; true if seen.
+  [[nodiscard]] bool spin_for_work() const noexcept;
 
   std::shared_ptr<const cuda::Gpu> gpu_;
   CopyPoolConfig config_;
@@ -115,6 +122,8 @@ class CopyPool {
   std::condition_variable work_;
   std::deque<Job *> queue_;
   bool stop_ = false;
+  // Mirrors !queue_.empty() || stop_ for polling without the mutex.
+  std::atomic<bool> wanted_{false};
   std::vector<std::thread> threads_;
   std::vector<Lane> lanes_;
   std::mutex lanes_mutex_;

@@ -132,8 +132,16 @@ TEST_F(CApiCachePolicy, OlderCallersAndBadValues) {
   phxfs_options_t older = options;
   older.size = offsetof(phxfs_options_t, read_cache);
   older.read_cache = static_cast<phxfs_read_cache_t>(77);  // not part of its struct: ignored
+  older.copy_spin_us = 99999;                              // nor this
   ASSERT_EQ(phxfs_open_options(0, &older), 0) << phxfs_last_error();
   ASSERT_EQ(phxfs_close(0), 0);
+  options.copy_spin_us = 10001;
+  errno = 0;
+  EXPECT_EQ(phxfs_open_options(0, &options), -1);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_NE(std::string(phxfs_last_error()).find("copy_spin_us"), std::string::npos)
+      << phxfs_last_error();
+  options.copy_spin_us = 0;
   options.read_cache = static_cast<phxfs_read_cache_t>(77);
   errno = 0;
   EXPECT_EQ(phxfs_open_options(0, &options), -1);

@@ -22,7 +22,8 @@ constexpr std::size_t kMiB = std::size_t{1} << 20;
 const char *const kVariables[] = {
     "PHX_ENGINE",         "PHX_QUEUE_DEPTH", "PHX_STAGING_SIZE",      "PHX_COPY_THREADS",
     "PHX_COPY_DEPTH",     "PHX_COPY_CHUNK",  "PHX_COPY_DIRECT_CHUNK", "PHX_STREAM_WORKERS",
-    "PHX_STREAM_STAGING", "PHX_CHUNK_SIZE",  "PHX_NTHREADS"};
+    "PHX_STREAM_STAGING", "PHX_CHUNK_SIZE",  "PHX_NTHREADS",          "PHX_READ_CACHE",
+    "PHX_COPY_SPIN_US"};
 
 class OptionsTest : public ::testing::Test {
  protected:
@@ -59,6 +60,7 @@ TEST_F(OptionsTest, WithoutVariablesTheEnvironmentGivesTheBuiltInDefaults) {
   EXPECT_EQ(o.copy_depth, 2U);
   EXPECT_EQ(o.copy_chunk, 4 * kMiB);
   EXPECT_EQ(o.copy_direct_chunk, 16 * kMiB);
+  EXPECT_EQ(o.copy_spin_us, 100U);
   EXPECT_NO_THROW(o.validate());
 }
 
@@ -72,6 +74,7 @@ TEST_F(OptionsTest, EachVariableSetsItsOwnField) {
   ::setenv("PHX_COPY_DIRECT_CHUNK", "10000", 1);  // rounded up to whole pages
   ::setenv("PHX_STREAM_WORKERS", "9", 1);
   ::setenv("PHX_STREAM_STAGING", "32M", 1);
+  ::setenv("PHX_COPY_SPIN_US", "0", 1);  // the bottom of its range: sleep at once
   const Options o = Options::from_environment();
   EXPECT_EQ(o.engine, Engine::host);
   EXPECT_EQ(o.queue_depth, 7U);
@@ -82,6 +85,7 @@ TEST_F(OptionsTest, EachVariableSetsItsOwnField) {
   EXPECT_EQ(o.copy_direct_chunk, 12288U);
   EXPECT_EQ(o.stream_workers, 9U);
   EXPECT_EQ(o.stream_staging_bytes, 32 * kMiB);
+  EXPECT_EQ(o.copy_spin_us, 0U);
   EXPECT_NO_THROW(o.validate());
 }
 
@@ -107,7 +111,7 @@ TEST_F(OptionsTest, MalformedOrOutOfRangeNamesTheVariable) {
        {std::pair{"PHX_QUEUE_DEPTH", "0"}, std::pair{"PHX_QUEUE_DEPTH", "40000"},
         std::pair{"PHX_STAGING_SIZE", "12"}, std::pair{"PHX_COPY_CHUNK", "lots"},
         std::pair{"PHX_COPY_DEPTH", "1"}, std::pair{"PHX_STREAM_WORKERS", "0"},
-        std::pair{"PHX_ENGINE", "warp-drive"}}) {
+        std::pair{"PHX_COPY_SPIN_US", "10001"}, std::pair{"PHX_ENGINE", "warp-drive"}}) {
     SCOPED_TRACE(std::string(name) + "=" + value);
     ::setenv(name, value, 1);
     const std::string text = einval_text([] { (void)Options::from_environment(); });
@@ -150,6 +154,8 @@ TEST_F(OptionsTest, ValidateNamesTheField) {
             std::string::npos);
   EXPECT_NE(bad([](Options &o) { o.copy_threads = 1000; }).find("copy_threads"), std::string::npos);
   EXPECT_NE(bad([](Options &o) { o.copy_depth = 0; }).find("copy_depth"), std::string::npos);
+  EXPECT_NE(bad([](Options &o) { o.copy_spin_us = 20000; }).find("copy_spin_us"),
+            std::string::npos);
   EXPECT_NE(
       bad([](Options &o) { o.copy_direct_chunk = std::size_t{2} << 30; }).find("copy_direct_chunk"),
       std::string::npos);

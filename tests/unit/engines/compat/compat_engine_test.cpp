@@ -189,6 +189,51 @@ TEST_F(CompatEngine, EndOfFileGivesShortReads) {
   EXPECT_EQ(f.read(reg, 0, 4096, kFile), 0U);
 }
 
+// Copy threads that poll before they sleep (copy_spin_us), or sleep at
+// once, lose no chunk and finish no read early, with callers reading back
+// to back from several threads; a pool whose threads poll for 10 ms still
+// stops when its engine goes.
+TEST_F(CompatEngine, PollingCopyThreadsLoseNothing) {
+  constexpr std::size_t kPiece = (std::size_t{4} << 20) + 4096;  // spread over the workers
+  constexpr int kThreads = 3;
+  constexpr int kRounds = 12;
+  write_pattern_file(dir_ / "in", kPiece * kThreads, kSeed);
+  for (const unsigned spin : {0U, 100U, 10000U}) {
+    SCOPED_TRACE("copy_spin_us " + std::to_string(spin));
+    (void)release_idle_engines();
+    Options o = Options::defaults();
+    o.engine = Engine::compat;
+    o.copy_threads = 4;
+    o.copy_spin_us = spin;
+    {
+      FakeDeviceMemory mem(kPiece * kThreads);
+      auto dev = Device::open(0, o);
+      auto reg = dev.register_memory(mem.data(), mem.size());
+      File f(dir_ / "in", O_RDONLY);
+      for (int round = 0; round < kRounds; ++round) {
+        mem.fill(std::byte{0});
+        std::vector<std::size_t> got(kThreads, 0);
+        {
+          std::vector<std::jthread> threads;
+          for (int t = 0; t < kThreads; ++t) {
+            threads.emplace_back([&, t] {
+              const auto i = static_cast<std::size_t>((t + round) % kThreads);
+              got[static_cast<std::size_t>(t)] = f.read(reg, i * kPiece, kPiece, i * kPiece);
+            });
+          }
+        }
+        for (const std::size_t n : got) {
+          ASSERT_EQ(n, kPiece) << "round " << round;
+        }
+        expect_read_landed(mem.download(), 0, kPiece * kThreads, 0, std::byte{0});
+      }
+    }
+    const auto start = std::chrono::steady_clock::now();
+    (void)release_idle_engines();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  }
+}
+
 TEST_F(CompatEngine, ThreadsShareOneRegistration) {
   constexpr std::size_t kPiece = (std::size_t{2} << 20) + 4096;
   constexpr int kThreads = 8;
