@@ -35,6 +35,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 from phxrepro.experiments.cufile_costs import kvikio_env, rotated  # noqa: E402
 from phxrepro.peers import pagecache  # noqa: E402
+from phxrepro.records import source_rev  # noqa: E402
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 SIZES = [64 * KiB, MiB, 4 * MiB, 16 * MiB, 256 * MiB]
@@ -172,7 +173,7 @@ def worker(job):
                         "steady_gbps": size / statistics.median(steady) / 1e9,
                         "reps": len(steady),
                         "resident_before_max": max(resident) if resident else None})
-            del buf, got, want
+            del got, want
         except Exception as exc:  # noqa: BLE001  (one size failing is a record)
             rec.update({"status": "error", "error": repr(exc)[:800]})
         print(json.dumps(rec), flush=True)
@@ -219,14 +220,6 @@ def summarise(records):
     return out
 
 
-def source_rev():
-    if rev := os.environ.get("PHX_SOURCE_REV", "").strip():
-        return rev
-    try:
-        return subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def run(args):
@@ -246,7 +239,7 @@ def run(args):
             versions[name] = None
     gpus = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
                           capture_output=True, text=True).stdout.split("\n")
-    manifest = {"schema": "phx-pread-policy/1", "git": source_rev(),
+    manifest = {"schema": "phx-pread-policy/1", "git": source_rev(ROOT),
                 "started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
                     timespec="seconds"),
                 "command": " ".join([pathlib.Path(sys.argv[0]).name, *sys.argv[1:]]),

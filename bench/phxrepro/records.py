@@ -7,7 +7,20 @@ import csv
 import json
 import os
 import pathlib
+import subprocess
 import sys
+
+
+def source_rev(root: pathlib.Path) -> str:
+    """The commit a results set comes from.  A copied tree may carry no .git
+    (or another one): PHX_SOURCE_REV, where set, names the commit measured."""
+    if rev := os.environ.get("PHX_SOURCE_REV", "").strip():
+        return rev
+    try:
+        return subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def flatten(record: dict, prefix: str = "") -> dict:

@@ -32,6 +32,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 from phxrepro.peers import pagecache  # noqa: E402
+from phxrepro.records import source_rev  # noqa: E402
 METHODS = {"phoenix": ("whole", "half"), "safetensors": ("whole", "half"), "phoenix-loader": ("whole",)}
 
 
@@ -114,18 +115,6 @@ def verify(args):
     return 0
 
 
-def source_rev():
-    # A copied tree may carry no .git (or another one): PHX_SOURCE_REV names
-    # the commit measured.
-    if rev := os.environ.get("PHX_SOURCE_REV", "").strip():
-        return rev
-    try:
-        return subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def write_manifest(args, files):
     versions = {}
     for name in ("torch", "safetensors", "numpy"):
@@ -138,7 +127,7 @@ def write_manifest(args, files):
     manifest = {
         "schema": "phx-tp-half/1",
         "started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "git": source_rev(),
+        "git": source_rev(ROOT),
         "command": " ".join([pathlib.Path(sys.argv[0]).name, *sys.argv[1:]]),
         "machine": {"kernel": os.uname().release, "cpus": os.cpu_count(),
                     "gpus": [g for g in gpus if g.strip()]},
