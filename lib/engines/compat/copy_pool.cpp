@@ -325,6 +325,54 @@ bool CopyPool::take(Task &task, bool wait) {
   return true;
 }
 
+bool CopyPool::claim(Job &job, std::size_t &index) noexcept {
+  const std::lock_guard lock(mutex_);
+  if (job.next >= job.count) {
+    return false;
+  }
+  index = job.next++;
+  if (job.next == job.count) {
+    if (auto it = std::find(queue_.begin(), queue_.end(), &job); it != queue_.end()) {
+      queue_.erase(it);
+    }
+    wanted_.store(stop_ || !queue_.empty(), std::memory_order_release);
+  }
+  return true;
+}
+
+void CopyPool::help(Job &job, Lane &lane) noexcept {
+  const std::size_t step = lane.buffer.size();
+  std::size_t i = 0;
+  while (claim(job, i)) {
+    std::uint64_t offset = 0;
+    std::size_t length = 0;
+    job.range(i, offset, length);
+    // In lane-sized steps whose ends fall on the piece's block-aligned grid.
+    const std::uint64_t grid = job.base + i * job.chunk;
+    TransferResult piece;
+    std::uint64_t at = offset;
+    while (at < offset + length) {
+      const std::uint64_t stop =
+          std::min<std::uint64_t>(offset + length, grid + ((at - grid) / step + 1) * step);
+      const auto want = static_cast<std::size_t>(stop - at);
+      TransferResult r = run_inline(lane, Direction::read, job.fd,
+                                    job.device + (at - job.file_offset), want, at, job.policy);
+      piece.done += r.done;
+      if (r.error != 0) {
+        piece.error = r.error;
+        piece.detail = std::move(r.detail);
+        break;
+      }
+      if (r.done < want) {
+        break;  // end of file
+      }
+      at = stop;
+    }
+    caller_pieces_.fetch_add(1, std::memory_order_relaxed);
+    job.complete(i, piece.done, piece.error, std::move(piece.detail));
+  }
+}
+
 void CopyPool::worker(std::size_t worker_index, cuda::CUstream stream,
                       std::vector<cuda::CUevent> events) noexcept {
   const cuda::Driver &d = *cuda::driver();
@@ -365,6 +413,7 @@ void CopyPool::worker(std::size_t worker_index, cuda::CUstream stream,
     job.complete(s.index, w.done, w.error);
   };
   const auto start = [&](Slot &s, Task task) {
+    worker_pieces_.fetch_add(1, std::memory_order_relaxed);
     Job &job = *task.job;
     std::uint64_t offset = 0;
     std::size_t length = 0;
@@ -502,6 +551,12 @@ TransferResult CopyPool::run(Direction dir, int fd, std::uintptr_t device, std::
       work_.notify_one();
     } else {
       work_.notify_all();
+    }
+    if (dir == Direction::read && job.count > 1) {
+      if (Lane *lane = take_lane(); lane != nullptr) {
+        help(job, *lane);
+        give_lane(lane);
+      }
     }
     (void)poll_for(config_.spin_us, [&job] {
       return job.finished_seen.load(std::memory_order_acquire) == job.count;

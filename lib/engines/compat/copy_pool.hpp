@@ -10,7 +10,12 @@
 // back costs two thread wake-ups, more than the copy itself.  Larger ones
 // pay them too unless the workers and the caller find each other awake:
 // both poll for spin_us before they sleep, so a caller reading in a loop
-// (kvikio's 4 MiB cuFileRead tasks) finds the workers still polling.
+// (kvikio's 4 MiB cuFileRead tasks) finds the workers still polling; and
+// the caller of a read does not wait idle for them: it takes pieces of its
+// own job through an inline lane until none are left.  On a VM whose
+// sleeping threads take hundreds of microseconds to wake, a 4 MiB read was
+// otherwise done almost entirely by the first worker awake, one piece after
+// another.
 #ifndef PHOENIX_LIB_COPY_POOL_HPP
 #define PHOENIX_LIB_COPY_POOL_HPP
 
@@ -56,6 +61,12 @@ inline constexpr std::size_t kMinSpreadChunk = std::size_t{512} << 10;
 [[nodiscard]] std::size_t chunk_for(std::size_t size, std::size_t block, std::size_t configured,
                                     std::size_t threads) noexcept;
 
+/// Pieces of multi-piece transfers, by who moved them.
+struct CopyPoolStats {
+  std::uint64_t worker_pieces = 0;  ///< by the copy threads
+  std::uint64_t caller_pieces = 0;  ///< by the reading caller itself (CopyPool::help)
+};
+
 class CopyPool {
  public:
   /// Allocates all staging memory (threads x depth x chunk, pinned) and
@@ -68,6 +79,10 @@ class CopyPool {
   CopyPool &operator=(CopyPool &&) = delete;
 
   [[nodiscard]] const CopyPoolConfig &config() const noexcept { return config_; }
+  [[nodiscard]] CopyPoolStats stats() const noexcept {
+    return {worker_pieces_.load(std::memory_order_relaxed),
+            caller_pieces_.load(std::memory_order_relaxed)};
+  }
 
   /// Moves @p size bytes between @p fd at @p file_offset and device memory at
   /// @p device.  Blocks until done.  Reads stop early only at end of file.
@@ -113,6 +128,10 @@ class CopyPool {
   /// pins its own, and reports that failure).
   [[nodiscard]] PinnedBuffer take_pinned(std::size_t worker, std::size_t slot) noexcept;
   bool take(Task &task, bool wait);
+  /// The next unstarted piece of @p job, taken off the queue; false if none.
+  [[nodiscard]] bool claim(Job &job, std::size_t &index) noexcept;
+  /// The caller's share of its own read: pieces of @p job through @p lane.
+  void help(Job &job, Lane &lane) noexcept;
   /// Polls up to config_.spin_us for queued work or a stop; true if seen.
   [[nodiscard]] bool spin_for_work() const noexcept;
 
@@ -124,6 +143,8 @@ class CopyPool {
   bool stop_ = false;
   // Mirrors !queue_.empty() || stop_ for polling without the mutex.
   std::atomic<bool> wanted_{false};
+  std::atomic<std::uint64_t> worker_pieces_{0};
+  std::atomic<std::uint64_t> caller_pieces_{0};
   std::vector<std::thread> threads_;
   std::vector<Lane> lanes_;
   std::mutex lanes_mutex_;

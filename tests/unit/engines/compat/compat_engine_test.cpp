@@ -234,6 +234,43 @@ TEST_F(CompatEngine, PollingCopyThreadsLoseNothing) {
   }
 }
 
+// The caller of a multi-piece read moves pieces of it itself while the copy
+// threads are busy: one copy thread whose every copy takes 20 ms (the
+// fake's stream delay) has not finished its first two pieces when the
+// caller, never asleep, has claimed its own.  Pieces larger than an inline
+// lane go in lane-sized steps; every byte lands.
+TEST_F(CompatEngine, TheCallerMovesPiecesOfItsOwnRead) {
+  constexpr std::size_t kSize = (std::size_t{6} << 20) + 4096 + 77;
+  write_pattern_file(dir_ / "in", kSize + 4096, kSeed);
+  detail::CopyPoolConfig config;
+  config.threads = 1;
+  config.chunk = std::size_t{3} << 19;  // 1.5 MiB pieces: two lane steps each
+  config.direct_chunk = config.chunk;
+  config.depth = 2;
+  config.spin_us = 0;
+  auto gpu = std::make_shared<const detail::cuda::Gpu>(0);
+  FakeDeviceMemory mem(kSize);
+  mem.fill(std::byte{0});
+  const int fd = ::open((dir_ / "in").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  {
+    detail::CopyPool pool(gpu, config);
+    phx_fake_cuda_set_op_delay_us(20000);
+    const detail::TransferResult r =
+        pool.run(detail::Direction::read, fd, reinterpret_cast<std::uintptr_t>(mem.data()), kSize,
+                 4096, detail::IoPolicy{});
+    phx_fake_cuda_set_op_delay_us(0);
+    EXPECT_EQ(r.error, 0) << r.detail;
+    EXPECT_EQ(r.done, kSize);
+    const detail::CopyPoolStats stats = pool.stats();
+    EXPECT_EQ(stats.worker_pieces + stats.caller_pieces, 5U);  // 6 MiB + 4173 in 1.5 MiB pieces
+    EXPECT_GE(stats.caller_pieces, 1U);
+    EXPECT_GE(stats.worker_pieces, 1U);
+  }
+  ::close(fd);
+  expect_read_landed(mem.download(), 0, kSize, 4096, std::byte{0});
+}
+
 TEST_F(CompatEngine, ThreadsShareOneRegistration) {
   constexpr std::size_t kPiece = (std::size_t{2} << 20) + 4096;
   constexpr int kThreads = 8;
