@@ -12,7 +12,7 @@ Every (configuration, cache, round) runs in a fresh process with CUDA
 already up, the configurations in an order rotated each round.  Per size
 two rows: "first" opens a fresh object and reads once (what a user's first
 call costs, setup included); "steady" is the median of later reads on that
-object at other offsets.  Cold reads first drop the file from the page
+object at other offsets (--reps of them, up to 25 for sizes under 4 MiB).  Cold reads first drop the file from the page
 cache (fsync, posix_fadvise DONTNEED) and record the fraction mincore
 still finds resident, which must be 0.  One read per size is checked byte
 for byte against os.pread.  The last records are the summary: medians per
@@ -106,6 +106,12 @@ class Reader:
             self.handle.close()
 
 
+def reps_for(size, reps):
+    """Steady reads per size: more of the small ones, whose single reads
+    spread most and cost least."""
+    return max(reps, min(25, (16 * MiB) // size))
+
+
 def evict(path):
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -129,7 +135,8 @@ def worker(job):
         rec = {**base, "size": size}
         try:
             buf = torch.empty(size, dtype=torch.uint8, device="cuda")
-            spots = offsets(size, length, job["reps"] + 2)
+            reps = reps_for(size, job["reps"])
+            spots = offsets(size, length, reps + 2)
             resident = []
 
             def timed(reader, offset):
@@ -153,7 +160,7 @@ def worker(job):
             first = time.perf_counter() - start
             if n != size:
                 raise RuntimeError(f"first read returned {n} of {size} bytes")
-            steady = [timed(reader, off) for off in spots[1:job["reps"] + 1]]
+            steady = [timed(reader, off) for off in spots[1:reps + 1]]
             # The check: poisoned memory, one read, the host's own read.
             off = spots[-1]
             if config == "phoenix-loader":
