@@ -39,6 +39,39 @@ CUfileOpError op_error_from_errno(int err) noexcept {
   }
 }
 
+int errno_from_op_error(CUfileOpError code) noexcept {
+  switch (code) {
+    case CU_FILE_SUCCESS:
+      return 0;
+    case CU_FILE_INVALID_VALUE:
+    case CU_FILE_INVALID_FILE_TYPE:
+    case CU_FILE_MEMORY_NOT_REGISTERED:
+      return EINVAL;
+    case CU_FILE_HANDLE_NOT_REGISTERED:
+      return EBADF;
+    case CU_FILE_MEMORY_ALREADY_REGISTERED:
+      return EEXIST;
+    case CU_FILE_CUDA_POINTER_INVALID:
+    case CU_FILE_CUDA_POINTER_RANGE_ERROR:
+    case CU_FILE_CUDA_MEMORY_TYPE_INVALID:
+      return EFAULT;
+    case CU_FILE_GPU_MEMORY_PINNING_FAILED:
+      return ENOMEM;
+    case CU_FILE_DEVICE_NOT_FOUND:
+      return ENODEV;
+    case CU_FILE_IO_NOT_SUPPORTED:
+    case CU_FILE_ASYNC_NOT_SUPPORTED:
+    case CU_FILE_PLATFORM_NOT_SUPPORTED:
+      return EOPNOTSUPP;
+    case CU_FILE_PERMISSION_DENIED:
+      return EACCES;
+    case CU_FILE_BATCH_FULL:
+      return EAGAIN;
+    default:
+      return EIO;
+  }
+}
+
 void set_last_error(const std::string &what) noexcept {
   try {
     last_error_text() = what;

@@ -31,6 +31,9 @@ class ShimError : public std::runtime_error {
 /// (registration, opening a device or a file).
 [[nodiscard]] CUfileOpError op_error_from_errno(int err) noexcept;
 
+/// The errno closest to a cuFile code (libphxfile's negative errno returns).
+[[nodiscard]] int errno_from_op_error(CUfileOpError code) noexcept;
+
 /// Remembers why the calling thread's last call failed (phx_cufile_last_error).
 void set_last_error(const std::string &what) noexcept;
 void clear_last_error() noexcept;

@@ -31,7 +31,7 @@ CUfileError_t cuFileHandleRegister(CUfileHandle_t *fh, CUfileDescr_t *descr) {
 
 void cuFileHandleDeregister(CUfileHandle_t fh) {
   try {
-    Shim::get().remove_handle(fh);
+    (void)Shim::get().remove_handle(fh);
   } catch (...) {  // nothing to report through a void function
   }
 }

@@ -101,6 +101,24 @@ CUfileOpError Shim::close() {
   return CU_FILE_SUCCESS;  // released here, outside the locks
 }
 
+void Shim::reset() {
+  std::map<int, OpenDevice> devices;
+  std::map<std::uintptr_t, Buffer> buffers;
+  std::map<std::uintptr_t, CachedAllocation> cache;
+  {
+    const std::lock_guard lock(driver_mutex_);
+    opens_ = 0;
+    implicit_ = false;
+    active_.store(false, std::memory_order_release);
+    devices.swap(devices_);
+  }
+  {
+    const std::unique_lock lock(buffers_mutex_);
+    buffers.swap(buffers_);
+    cache.swap(cache_);
+  }
+}  // released here, outside the locks
+
 long Shim::use_count() const {
   const std::lock_guard lock(driver_mutex_);
   return opens_ + (implicit_ && opens_ == 0 ? 1 : 0);
@@ -168,13 +186,15 @@ void *Shim::add_handle(int fd) {
   return key;
 }
 
-void Shim::remove_handle(void *key) {
+bool Shim::remove_handle(void *key) {
   std::shared_ptr<Handle> gone;  // closed outside the lock (I/O in flight keeps it)
   const std::unique_lock lock(handles_mutex_);
   if (auto it = handles_.find(key); it != handles_.end()) {
     gone = std::move(it->second);
     handles_.erase(it);
+    return true;
   }
+  return false;
 }
 
 std::shared_ptr<Handle> Shim::handle(void *key) const {

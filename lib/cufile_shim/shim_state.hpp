@@ -52,12 +52,18 @@ class Shim {
   // Driver.  Every other call opens the driver implicitly, as cuFile does.
   void open();
   [[nodiscard]] CUfileOpError close();
+  /// Whatever the count: every registered buffer and cached registration
+  /// released, the devices closed, the count back to zero.  Handles stay.
+  /// (libphxfile's phxFileDriverClose; registrations in use by I/O live on
+  /// until it ends.)
+  void reset();
   [[nodiscard]] long use_count() const;
   void ensure_open();
 
   // File handles: the key is what cuFileHandleRegister hands out.
   [[nodiscard]] void *add_handle(int fd);
-  void remove_handle(void *key);
+  /// False when @p key is not a registered handle.
+  bool remove_handle(void *key);
   /// Throws ShimError(CU_FILE_HANDLE_NOT_REGISTERED) for an unknown key.
   [[nodiscard]] std::shared_ptr<Handle> handle(void *key) const;
 

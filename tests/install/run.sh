@@ -97,6 +97,18 @@ if grep -q '^PHX_BUILD_CUFILE_SHIM:BOOL=ON' "$cache" && ! grep -q '^PHX_STATIC_E
   if [[ -x $build/tests/cufile_dlopen_test ]]; then
     LD_LIBRARY_PATH=$(dirname "$shim") "$build/tests/cufile_dlopen_test"
   fi
+
+  # libphxfile.so (lib/phxfile) next to libphoenix, found by name the way
+  # LMCache looks for it: ctypes.util.find_library("phxfile").
+  phxfile=$(find "$prefix" -name 'libphxfile.so' -print -quit)
+  step "libphxfile.so: $phxfile"
+  [[ -n $phxfile ]] || { echo "install test: no libphxfile.so under $prefix" >&2; exit 1; }
+  readelf -d "$phxfile" | grep -q 'SONAME.*\[libphxfile\.so\.0\]' ||
+    { echo "install test: $phxfile lacks the soname libphxfile.so.0" >&2; exit 1; }
+  found=$(LD_LIBRARY_PATH=$(dirname "$phxfile") python3 -c \
+    'import ctypes, ctypes.util; n = ctypes.util.find_library("phxfile"); ctypes.CDLL(n).phxFileReadAsync; print(n)')
+  [[ $found == libphxfile.so.0 ]] ||
+    { echo "install test: find_library(\"phxfile\") gave '$found'" >&2; exit 1; }
 fi
 
 step "passed"

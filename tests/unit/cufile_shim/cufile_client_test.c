@@ -22,45 +22,10 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "../cuda_client.h"
 #include "cufile_client.h"
 
-/* The CUDA driver entry points the test uses, from the driver libphoenix
- * loads: PHX_CUDA_DRIVER (the fake, in CI) or libcuda.so.1 (a GPU). */
-typedef unsigned long long CUdeviceptr;
-struct CUctx_st;
-struct CUstream_st;
-static int (*cuInit)(unsigned flags);
-static int (*cuDeviceGetCount)(int *count);
-static int (*cuDevicePrimaryCtxRetain)(struct CUctx_st **context, int device);
-static int (*cuCtxPushCurrent_v2)(struct CUctx_st *context);
-static int (*cuMemAlloc_v2)(CUdeviceptr *pointer, size_t size);
-static int (*cuMemFree_v2)(CUdeviceptr pointer);
-static int (*cuMemcpyHtoD_v2)(CUdeviceptr to, const void *from, size_t size);
-static int (*cuMemcpyDtoH_v2)(void *to, CUdeviceptr from, size_t size);
-static int (*cuStreamCreate)(struct CUstream_st **stream, unsigned flags);
-static int (*cuStreamSynchronize)(struct CUstream_st *stream);
-static int (*cuStreamDestroy_v2)(struct CUstream_st *stream);
-
-static int load_driver(void) {
-  const char *name = getenv("PHX_CUDA_DRIVER");
-  void *lib = dlopen(name != NULL ? name : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == NULL) {
-    return 0;
-  }
-  /* POSIX's way to take a function from dlsym in ISO C. */
-#define LOAD(fn) (*(void **)&(fn) = dlsym(lib, #fn)) != NULL
-  return LOAD(cuInit) && LOAD(cuDeviceGetCount) && LOAD(cuDevicePrimaryCtxRetain) &&
-         LOAD(cuCtxPushCurrent_v2) && LOAD(cuMemAlloc_v2) && LOAD(cuMemFree_v2) &&
-         LOAD(cuMemcpyHtoD_v2) && LOAD(cuMemcpyDtoH_v2) && LOAD(cuStreamCreate) &&
-         LOAD(cuStreamSynchronize) && LOAD(cuStreamDestroy_v2);
-#undef LOAD
-}
-
 static int gpus;
-
-static CUdeviceptr dptr(const void *p) {
-  return (CUdeviceptr)(uintptr_t)p;
-}
 
 /* Buffer 0 on ordinal 1 (Phoenix device 0 on the fake driver), 1 on ordinal 0. */
 static void *cuda_alloc(int which, size_t size) {
@@ -118,7 +83,7 @@ static int host_copy(void *to, const void *from, size_t size) {
 
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--no-cuda") == 0) {
-    if (load_driver()) {
+    if (load_cuda_driver()) {
       fprintf(stderr,
               "SKIP: --no-cuda, but a CUDA driver loads (set PHX_CUDA_DRIVER to a "
               "missing library)\n");
@@ -133,7 +98,7 @@ int main(int argc, char **argv) {
     };
     return cufile_client_run(&host);
   }
-  if (!load_driver() || cuInit(0) != 0 || cuDeviceGetCount(&gpus) != 0 || gpus < 1) {
+  if (!load_cuda_driver() || cuInit(0) != 0 || cuDeviceGetCount(&gpus) != 0 || gpus < 1) {
     fprintf(stderr, "SKIP: no CUDA driver or no GPU\n");
     return 77;
   }
