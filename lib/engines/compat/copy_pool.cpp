@@ -62,6 +62,7 @@ namespace {
 // copy finished.
 struct Slot {
   PinnedBuffer buffer;
+  bool asked_pinner = false;  // the pinner's buffer for this slot taken, or known not coming
   cuda::CUevent event = nullptr;
   bool busy = false;
   CopyPool::Job *job = nullptr;
@@ -234,6 +235,20 @@ PinnedBuffer CopyPool::take_pinned(std::size_t worker, std::size_t slot) noexcep
   // Bounded: the pinner moves on or stops after each cuMemHostAlloc.
   pinned_ready_.wait(lock, [&] { return pinned_count_ > k || pin_failed_ || pin_stop_; });
   return pinned_count_ > k ? std::move(pinned_[k]) : PinnedBuffer();
+}
+
+CopyPool::PinState CopyPool::poll_pinned(std::size_t worker, std::size_t slot,
+                                         PinnedBuffer &out) noexcept {
+  const std::size_t k = slot * config_.threads + worker;
+  const std::lock_guard lock(pinned_mutex_);
+  if (k >= pinned_.size()) {
+    return PinState::never;
+  }
+  if (pinned_count_ > k) {
+    out = std::move(pinned_[k]);
+    return PinState::ready;
+  }
+  return pin_failed_ || pin_stop_ ? PinState::never : PinState::pending;
 }
 
 CopyPool::Lane *CopyPool::take_lane() noexcept {
@@ -420,8 +435,9 @@ void CopyPool::worker(std::size_t worker_index, cuda::CUstream stream,
     job.range(task.index, offset, length);
     // A slot's first buffer comes from pin_ahead(); a larger chunk later
     // (O_DIRECT's), or a failed pin ahead, has the worker pin its own.
-    if (s.buffer.size() == 0) {
+    if (s.buffer.size() == 0 && !s.asked_pinner) {
       s.buffer = take_pinned(worker_index, static_cast<std::size_t>(&s - slots.data()));
+      s.asked_pinner = true;
     }
     if (s.buffer.size() < job.chunk) {
       try {
@@ -471,7 +487,38 @@ void CopyPool::worker(std::size_t worker_index, cuda::CUstream stream,
   const auto any_busy = [&] {
     return std::any_of(slots.begin(), slots.end(), [](const Slot &s) { return s.busy; });
   };
+  // Staging before work: a worker that claimed a piece and only then
+  // waited for the pinner to reach its slot (workers' first slots come
+  // 1-2 ms apart) held that piece back while the caller and the workers
+  // already staged had nothing left to take; 4 MiB reads in a pool's first
+  // 40 ms took 2-4 ms on the H200 machine.  So the next slot is one with a
+  // buffer, and a worker with none waits for the pinner before it claims.
+  const auto stage = [&] {
+    Slot &next = slots[cursor];
+    if (next.buffer.size() != 0 || next.asked_pinner) {
+      return;
+    }
+    switch (poll_pinned(worker_index, cursor, next.buffer)) {
+      case PinState::ready:
+      case PinState::never:
+        next.asked_pinner = true;
+        return;
+      case PinState::pending:
+        break;
+    }
+    for (std::size_t k = 0; k < slots.size(); ++k) {
+      if (slots[k].buffer.size() != 0) {
+        cursor = k;
+        return;
+      }
+    }
+    // Nothing staged, so nothing in flight: wait (bounded: the pinner moves
+    // on or stops after each cuMemHostAlloc, and the destructor stops it).
+    next.buffer = take_pinned(worker_index, cursor);
+    next.asked_pinner = true;
+  };
   for (;;) {
+    stage();
     Task task;
     const bool pending = any_busy();
     if (take(task, !pending)) {
@@ -506,7 +553,7 @@ TransferResult CopyPool::run(Direction dir, int fd, std::uintptr_t device, std::
   if (size == 0) {
     return {};
   }
-  if (size <= kInlineBytes) {
+  if (size < kSpreadBytes) {
     if (Lane *lane = take_lane(); lane != nullptr) {
       TransferResult r = run_inline(*lane, dir, fd, device, size, file_offset, policy);
       give_lane(lane);

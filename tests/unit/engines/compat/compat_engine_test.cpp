@@ -87,8 +87,9 @@ std::string shape_name(const ::testing::TestParamInfo<std::tuple<DirectIo, Shape
 class CompatShapes : public CompatEngine,
                      public ::testing::WithParamInterface<std::tuple<DirectIo, Shape>> {};
 
-// Inline lanes (<= 1 MiB), transfers spread over the workers in pieces
-// (1 MiB + 1, 5 MiB: see chunk_for), whole chunks, unaligned everything.
+// Inline lanes (under 512 KiB), transfers spread over the workers and the
+// caller in pieces (1 MiB, 1 MiB + 1, 5 MiB: see chunk_for), whole chunks,
+// unaligned everything.
 INSTANTIATE_TEST_SUITE_P(
     FakeGpu, CompatShapes,
     ::testing::Combine(::testing::Values(DirectIo::preferred, DirectIo::off),
@@ -108,7 +109,8 @@ TEST(CopyPoolChunks, MidSizeTransfersAreSpreadOverTheWorkers) {
   EXPECT_EQ(chunk_for(1024 * kMiB, 4096, 16 * kMiB, 12), 16 * kMiB);
   // One configured chunk's worth is cut into pieces for several workers,
   // never below kMinSpreadChunk.
-  EXPECT_EQ(chunk_for(4 * kMiB, 1, 4 * kMiB, 12), kMinSpreadChunk);
+  EXPECT_EQ(chunk_for(4 * kMiB, 1, 4 * kMiB, 12), 86U * 4096);  // a twelfth, whole pages
+  EXPECT_EQ(chunk_for(kMiB, 1, 4 * kMiB, 12), kMinSpreadChunk);
   EXPECT_EQ(chunk_for(16 * kMiB, 512, 16 * kMiB, 8), 2 * kMiB);
   EXPECT_EQ(chunk_for(24 * kMiB, 1, 4 * kMiB, 12), 2 * kMiB);
   // Pieces are whole pages and whole blocks, whatever the share works out to.
@@ -683,7 +685,7 @@ bool read_through_new_device(const std::filesystem::path &path, std::size_t size
 // engine a device still uses is not idle: release_idle_engines() leaves it
 // to that device's close, which then stops it.
 TEST_F(CompatEngine, KeptEngineServesTheNextOpen) {
-  constexpr std::size_t kSize = std::size_t{1} << 20;  // an inline lane's
+  constexpr std::size_t kSize = std::size_t{256} << 10;  // an inline lane's
   write_pattern_file(dir_ / "in", kSize, kSeed);
   (void)release_idle_engines();
   const auto idle = fake_counts();
