@@ -217,6 +217,25 @@ struct LoadedTensor {
   std::shared_ptr<Allocation> owner;  ///< null for caller-supplied memory
 };
 
+/// How one file of a load was read, and why.
+struct FileReadStats {
+  std::filesystem::path path;
+  std::uint64_t bytes = 0;  ///< tensor bytes of the file this load placed
+  bool direct = false;      ///< O_DIRECT (else through the page cache)
+  /// "stream": its GPU's one stream of io_uring requests into pinned
+  /// staging; "engine": File::read, the engine's own threads (the compat
+  /// engine's copy threads); "queue": io_uring requests straight into
+  /// memory the engine maps.
+  std::string path_taken;
+  std::size_t threads = 0;        ///< threads moving its bytes (at most)
+  std::size_t request_bytes = 0;  ///< bytes per read request or chunk
+  std::size_t depth = 0;          ///< requests in flight (at most)
+  /// The fraction of its tensor bytes the page cache held when the load
+  /// decided (-1 when the decision did not look).
+  double resident = -1;
+  std::string why;  ///< the decision in words
+};
+
 struct LoadStats {
   std::uint64_t bytes_read = 0;    ///< including alignment edges
   std::uint64_t tensor_bytes = 0;  ///< the tensors alone
@@ -230,7 +249,8 @@ struct LoadStats {
   /// Of which allocating and registering the destinations (pinned host
   /// memory is slow to allocate; device memory is not).
   double allocate_seconds = 0;
-  std::map<int, Engine> engines;  ///< per device
+  std::map<int, Engine> engines;        ///< per device
+  std::vector<FileReadStats> per_file;  ///< checkpoint order
 };
 
 class PHX_EXPORT LoadedCheckpoint {

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <exception>
 #include <map>
@@ -86,16 +87,29 @@ bool needs_direct_io(const EngineCapabilities &caps) noexcept {
   return caps.device_memory && caps.host_view;
 }
 
-DirectIo open_mode(const LoadOptions &options, const EngineCapabilities &caps,
-                   const std::filesystem::path &path, const FileHeader &header) {
+// How a file is opened, and why (LoadStats::per_file).
+struct ReadDecision {
+  DirectIo mode = DirectIo::preferred;
+  double resident = -1;
+  std::string why;
+};
+
+std::string percent(double fraction) {
+  return std::to_string(std::lround(fraction * 100)) + "%";
+}
+
+ReadDecision open_mode(const LoadOptions &options, const EngineCapabilities &caps,
+                       const std::filesystem::path &path, const FileHeader &header) {
   if (needs_direct_io(caps)) {
-    return DirectIo::required;
+    return {DirectIo::required, -1,
+            "O_DIRECT: the direct engine's mapped device memory takes the NVMe's DMA, never a "
+            "CPU copy"};
   }
   switch (options.cache) {
     case CachePolicy::direct:
-      return DirectIo::preferred;
+      return {DirectIo::preferred, -1, "O_DIRECT: cache=direct"};
     case CachePolicy::buffered:
-      return DirectIo::off;
+      return {DirectIo::off, -1, "page cache: cache=buffered"};
     case CachePolicy::automatic:
       break;
   }
@@ -103,7 +117,14 @@ DirectIo open_mode(const LoadOptions &options, const EngineCapabilities &caps,
   const double resident =
       detail::resident_fraction(probe.fd(), header.data_offset(), header.file_size);
   // The cache policy's line (File's DirectIo::automatic), for the whole file.
-  return resident >= detail::kResidentForBuffered ? DirectIo::off : DirectIo::preferred;
+  const std::string line = percent(detail::kResidentForBuffered);
+  if (resident >= detail::kResidentForBuffered) {
+    return {DirectIo::off, resident,
+            "page cache: " + percent(resident) + " of the tensor bytes resident (at least " + line +
+                ")"};
+  }
+  return {DirectIo::preferred, resident,
+          "O_DIRECT: " + percent(resident) + " of the tensor bytes resident (under " + line + ")"};
 }
 
 // Bytes of the segment that exist in the file (the aligned end may pass EOF).
@@ -268,16 +289,20 @@ void read_streamed(detail::GatherMover &mover, std::span<const Streamed> segment
 
 // @p opened: the file as the stream pass opened it (and found buffered), or
 // null to open it here.
+// @p decision: filled when the file is opened here.
 void read_file(const FileHeader &header, std::span<const Target *const> targets,
                const EngineCapabilities &caps, std::unique_ptr<File> opened,
-               const LoadOptions &options, SharedState &shared) {
+               const LoadOptions &options, SharedState &shared, ReadDecision &decision) {
   if (opened == nullptr) {
-    opened = std::make_unique<File>(header.path, O_RDONLY, 0644,
-                                    open_mode(options, caps, header.path, header));
+    decision = open_mode(options, caps, header.path, header);
+    opened = std::make_unique<File>(header.path, O_RDONLY, 0644, decision.mode);
   }
   File &file = *opened;
   if (file.direct_io()) {
     ++shared.files_direct;
+  } else if (decision.mode != DirectIo::off) {
+    decision.mode = DirectIo::off;
+    decision.why += "; the file system takes no O_DIRECT: page cache";
   }
   for (const Target *target : targets) {
     if (shared.stop) {
@@ -410,12 +435,21 @@ std::shared_ptr<LoadedCheckpoint> Loader::load(Checkpoint checkpoint) {
   }
   SharedState shared;
   // A file is read the way the engine of its first segment reads.
+  std::vector<FileReadStats> per_file(ckpt.files.size());
+  for (std::size_t f = 0; f < ckpt.files.size(); ++f) {
+    per_file[f].path = ckpt.files[f].path;
+    for (const Target *t : work[f]) {
+      per_file[f].bytes += t->segment->bytes();
+    }
+  }
   const auto caps_of = [&](std::size_t f) {
     return device(work[f].front()->segment->device).capabilities();
   };
   // Files a compat GPU takes whole, opened with O_DIRECT: its stream's.
   std::vector<std::unique_ptr<File>> streamed_files;
   std::vector<std::unique_ptr<File>> opened(ckpt.files.size());  // buffered: for their worker
+  std::vector<ReadDecision> decisions(ckpt.files.size());
+  std::vector<char> streamed(ckpt.files.size(), 0);
   std::map<int, std::vector<Streamed>> streams;
   {
     for (std::size_t f = 0; f < work.size(); ++f) {
@@ -427,8 +461,8 @@ std::shared_ptr<LoadedCheckpoint> Loader::load(Checkpoint checkpoint) {
         continue;
       }
       const FileHeader &header = ckpt.files[f];
-      auto file = std::make_unique<File>(header.path, O_RDONLY, 0644,
-                                         open_mode(options_, caps_of(f), header.path, header));
+      decisions[f] = open_mode(options_, caps_of(f), header.path, header);
+      auto file = std::make_unique<File>(header.path, O_RDONLY, 0644, decisions[f].mode);
       if (!file->direct_io()) {
         opened[f] = std::move(file);  // buffered: its worker reads it through File::read
         continue;
@@ -437,6 +471,7 @@ std::shared_ptr<LoadedCheckpoint> Loader::load(Checkpoint checkpoint) {
         streams[t->segment->device].push_back({file.get(), &header, t});
       }
       streamed_files.push_back(std::move(file));
+      streamed[f] = 1;
       work[f].clear();
     }
   }
@@ -480,7 +515,8 @@ std::shared_ptr<LoadedCheckpoint> Loader::load(Checkpoint checkpoint) {
         continue;
       }
       try {
-        read_file(ckpt.files[f], work[f], caps_of(f), std::move(opened[f]), options_, shared);
+        read_file(ckpt.files[f], work[f], caps_of(f), std::move(opened[f]), options_, shared,
+                  decisions[f]);
       } catch (...) {
         record_failure();
       }
@@ -535,6 +571,47 @@ std::shared_ptr<LoadedCheckpoint> Loader::load(Checkpoint checkpoint) {
   for (auto &[id, dev] : devices_) {
     stats.engines.emplace(id, dev.engine());
   }
+  for (std::size_t f = 0; f < per_file.size(); ++f) {
+    FileReadStats &fs = per_file[f];
+    const ReadDecision &d = decisions[f];
+    fs.direct = d.mode != DirectIo::off;
+    fs.resident = d.resident;
+    fs.why = d.why;
+    if (streamed[f] != 0) {
+      fs.path_taken = "stream";
+      fs.threads = 1;
+      fs.request_bytes = stream_request(options_);
+      fs.depth = stream_depth(options_);
+      continue;
+    }
+    const Target *first = nullptr;
+    for (const Target &t : targets) {
+      if (t.segment->file == f) {
+        first = &t;
+        break;
+      }
+    }
+    if (first == nullptr) {
+      fs.direct = false;
+      fs.why = "not read: none of its tensors were asked for";
+      continue;
+    }
+    const Device &dev = device(first->segment->device);
+    if (first->registration.host_view() != nullptr) {
+      fs.path_taken = "queue";
+      fs.threads = 1;
+      fs.request_bytes = options_.chunk_size;
+      fs.depth = options_.queue_depth;
+    } else {
+      const Options &o = dev.options();
+      const bool copy_threads = dev.engine() == Engine::compat;
+      fs.path_taken = "engine";
+      fs.threads = copy_threads ? o.copy_threads : 1;
+      fs.request_bytes = fs.direct ? o.copy_direct_chunk : o.copy_chunk;
+      fs.depth = copy_threads ? std::size_t{o.copy_threads} * o.copy_depth : 1;
+    }
+  }
+  stats.per_file = std::move(per_file);
   result->tensors.reserve(ckpt.tensor_count());
   for (const Target &t : targets) {
     const FileHeader &file = ckpt.files[t.segment->file];

@@ -257,7 +257,9 @@ class Loader:
 
     @property
     def stats(self) -> dict:
-        """The last load: seconds, bytes_read, tensor_bytes, files, engines..."""
+        """The last load: seconds, bytes_read, tensor_bytes, files, engines, and
+        per_file: how each file was read (mode, path_taken, threads,
+        request_bytes, depth, resident) and why (docs/model-loading.md)."""
         return self._loader.stats
 
 

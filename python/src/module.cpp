@@ -125,6 +125,22 @@ class PyLoader {
       engines[py::int_(id)] = std::string(phx::to_string(engine));
     }
     d["engines"] = engines;
+    py::list per_file;
+    for (const st::FileReadStats &fs : last_stats_.per_file) {
+      py::dict f;
+      f["path"] = fs.path.string();
+      f["bytes"] = fs.bytes;
+      f["mode"] = fs.direct ? "direct" : "buffered";
+      f["path_taken"] = fs.path_taken;
+      f["threads"] = fs.threads;
+      f["request_bytes"] = fs.request_bytes;
+      f["depth"] = fs.depth;
+      f["resident"] =
+          fs.resident < 0 ? py::object(py::none()) : py::object(py::float_(fs.resident));
+      f["why"] = fs.why;
+      per_file.append(f);
+    }
+    d["per_file"] = per_file;
     return d;
   }
 

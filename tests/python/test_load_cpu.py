@@ -84,6 +84,13 @@ def test_several_paths_and_loader_reuse(phx, make_file):
     assert stats["files"] == 2 and stats["engines"] == {0: "host"}
     assert stats["bytes_read"] >= stats["tensor_bytes"] > 0
     assert 0 <= stats["allocate_seconds"] <= stats["seconds"]
+    # Each file: how it was read and why (cache="buffered" said as the reason).
+    assert [f["path"] for f in stats["per_file"]] == [str(pa), str(pb)]
+    for f in stats["per_file"]:
+        assert f["mode"] == "buffered" and f["why"] == "page cache: cache=buffered"
+        assert f["resident"] is None and f["bytes"] > 0
+        assert f["path_taken"] in ("queue", "engine") and f["threads"] >= 1
+        assert f["request_bytes"] > 0 and f["depth"] >= 1
     second = loader.load([pb], framework="numpy")
     assert_same(second, b)
 

@@ -3,7 +3,9 @@
 // (tests/fakecuda): tensors land in (fake) GPU memory byte for byte, spread
 // over two GPUs by a device map, into loader-allocated or caller-supplied
 // memory, and the loader's device memory is freed with the last tensor.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <map>
@@ -81,6 +83,57 @@ TEST_F(SafetensorsCompat, ShardedCheckpointOnTwoGpusByteForByte) {
     if (cache == st::CachePolicy::buffered) {
       EXPECT_EQ(loaded->stats.files_direct, 0U);
     }
+  }
+}
+
+// LoadStats::per_file: each file's read mode, path, threads and request
+// size, and why: warm files (just written) through the page cache by the
+// copy threads, the same files dropped from the page cache O_DIRECT
+// through their GPU's stream, cache=buffered said as the reason.
+TEST_F(SafetensorsCompat, StatsSayHowEachFileWasReadAndWhy) {
+  (void)write_sharded(dir_);
+  const auto index = dir_ / "model.safetensors.index.json";
+  const auto check = [&](const st::LoadedCheckpoint &loaded, bool cold) {
+    ASSERT_EQ(loaded.stats.per_file.size(), 5U);
+    for (std::size_t f = 0; f < 5; ++f) {
+      const st::FileReadStats &fs = loaded.stats.per_file[f];
+      SCOPED_TRACE(fs.path.string() + ": " + fs.why);
+      EXPECT_EQ(fs.path, loaded.checkpoint.files[f].path);
+      EXPECT_GT(fs.bytes, 0U);
+      if (!cold) {
+        EXPECT_FALSE(fs.direct);
+        EXPECT_EQ(fs.path_taken, "engine");
+        EXPECT_EQ(fs.threads, Options::defaults().copy_threads);
+        EXPECT_EQ(fs.request_bytes, Options::defaults().copy_chunk);
+        EXPECT_GE(fs.resident, 0.5);
+        EXPECT_NE(fs.why.find("page cache"), std::string::npos);
+      } else if (fs.direct) {  // where the file system takes O_DIRECT
+        EXPECT_EQ(fs.path_taken, "stream");
+        EXPECT_EQ(fs.request_bytes, compat_options().chunk_size);
+        EXPECT_GE(fs.depth, 1U);
+        EXPECT_LT(fs.resident, 0.5);
+        EXPECT_NE(fs.why.find("O_DIRECT"), std::string::npos);
+      } else {
+        EXPECT_NE(fs.why.find("takes no O_DIRECT"), std::string::npos);
+      }
+    }
+  };
+  st::LoadOptions o = compat_options();
+  check(*st::load(st::open_checkpoint(index), o), false);
+  for (const auto &file : st::open_checkpoint(index).files) {
+    const int fd = ::open(file.path.c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::fdatasync(fd), 0);
+    ASSERT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+    ::close(fd);
+  }
+  check(*st::load(st::open_checkpoint(index), o), true);
+  o.cache = st::CachePolicy::buffered;
+  const auto forced = st::load(st::open_checkpoint(index), o);
+  for (const st::FileReadStats &fs : forced->stats.per_file) {
+    EXPECT_FALSE(fs.direct);
+    EXPECT_EQ(fs.resident, -1);
+    EXPECT_EQ(fs.why, "page cache: cache=buffered");
   }
 }
 
