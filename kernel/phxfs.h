@@ -93,6 +93,11 @@ struct phxfs_dev {
 	/* Next free mmap page offset; offsets are never reused. */
 	atomic64_t next_pgoff;
 	struct phxfs_counters stats;
+	/*
+	 * NVIDIA: the driver refused this device a persistent pin (MIG, vGPU);
+	 * GET_INFO says PHXFS_INFO_PIN_REFUSED until one succeeds.
+	 */
+	bool pins_refused;
 };
 
 struct phxfs_file {
@@ -126,7 +131,8 @@ struct phxfs_reg {
 	struct page **pages;
 	/* Provider data, e.g. the NVIDIA page table and which API pinned it. */
 	void *pin;
-	unsigned long pin_flags;
+	/* PHXFS_PIN_*: what @pin holds, reported by REGISTER. */
+	u32 pin_api;
 	atomic_t state;
 	/* Orders mmap's page insertion against revocation's zap. */
 	struct mutex map_lock;

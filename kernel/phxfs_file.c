@@ -136,7 +136,8 @@ static long phxfs_ioctl_info(struct phxfs_file *pf, void __user *uarg)
 	info.errors = atomic64_read(&dev->stats.errors);
 	info.features = PHXFS_FEATURE_ABI_RANGE | PHXFS_FEATURE_OWNER_PROCESS |
 			PHXFS_FEATURE_REGISTER_ACCESS |
-			PHXFS_FEATURE_BOUNDED_REVOKE;
+			PHXFS_FEATURE_BOUNDED_REVOKE |
+			PHXFS_FEATURE_PIN_REPORTED;
 	if (copy_to_user(uarg, &info, sizeof(info)))
 		return -EFAULT;
 	return 0;
@@ -161,9 +162,8 @@ static long phxfs_ioctl_register(struct file *file, void __user *uarg)
 	ret = phxfs_copy_args(&args, uarg, sizeof(args), PHXFS_ABI_VERSION);
 	if (ret)
 		return ret;
-	/* handle and mmap_offset are outputs: whatever they hold is ignored. */
-	if (args.flags || args.pad ||
-	    !phxfs_all_zero(args.reserved, ARRAY_SIZE(args.reserved)))
+	/* handle, mmap_offset and pin are outputs: what they hold is ignored. */
+	if (args.flags || args.pad || args.reserved)
 		return -EINVAL;
 
 	ret = phxfs_reg_create(pf, args.device_addr, args.length, &reg);
@@ -172,6 +172,7 @@ static long phxfs_ioctl_register(struct file *file, void __user *uarg)
 
 	args.handle = reg->handle;
 	args.mmap_offset = reg->handle << PAGE_SHIFT;
+	args.pin = reg->pin_api;
 	if (copy_to_user(uarg, &args, sizeof(args))) {
 		/* The caller cannot learn the handle: undo. */
 		phxfs_reg_abandon(pf, reg);

@@ -63,7 +63,8 @@ static DEFINE_MUTEX(phxfs_nv_put_lock);
 static char *nv_api = "auto";
 module_param(nv_api, charp, 0444);
 MODULE_PARM_DESC(nv_api,
-		 "NVIDIA pinning API: auto (persistent when the driver has it), persistent, legacy");
+		 "NVIDIA pinning API: auto or persistent (persistent pins, else REGISTER fails), "
+		 "legacy (revocable pins: see docs/security.md)");
 
 /*
  * How long the legacy free callback waits for page references to drop.
@@ -170,16 +171,33 @@ static bool phxfs_nv_have_legacy(void)
 	return true;
 }
 
+/*
+ * What REGISTER will do: under auto and persistent, persistent pins or a
+ * refusal (never the legacy API, whose pins the driver revokes while a
+ * holder may keep the pages: docs/security.md); under legacy, legacy pins.
+ */
 static u32 phxfs_nv_info_flags(const struct phxfs_dev *dev)
 {
-	enum phxfs_nv_api api = phxfs_nv_api();
-	bool persistent = api != PHXFS_NV_LEGACY && phxfs_nv_have_persistent();
+	bool have_persistent = phxfs_nv_have_persistent();
+	bool have_legacy = phxfs_nv_have_legacy();
 
-	if (persistent)
-		return PHXFS_INFO_PERSISTENT;
-	if (api == PHXFS_NV_PERSISTENT || !phxfs_nv_have_legacy())
+	if (!have_persistent && !have_legacy)
 		return PHXFS_INFO_PROVIDER_MISSING;
-	return 0;
+	if (phxfs_nv_api() == PHXFS_NV_LEGACY)
+		return have_legacy ? 0 : PHXFS_INFO_PROVIDER_MISSING;
+	if (!have_persistent || READ_ONCE(dev->pins_refused))
+		return PHXFS_INFO_PIN_REFUSED;
+	return PHXFS_INFO_PERSISTENT;
+}
+
+/* Once per module load: why REGISTER said EOPNOTSUPP, and the way out. */
+static void phxfs_nv_say_refused(const struct phxfs_dev *dev, int ret)
+{
+	pr_warn_once("dev%u: no persistent NVIDIA pin (%s, %d): REGISTER refused; load phxfs with nv_api=legacy to accept pins the driver may revoke (docs/security.md)\n",
+		     dev->index,
+		     ret == -ENODEV ? "the driver lacks the persistent API" :
+				      "the driver refuses it on this GPU, as on MIG and vGPU",
+		     ret);
 }
 
 static void phxfs_nv_free_table(struct nvidia_p2p_page_table *table)
@@ -372,13 +390,26 @@ static int phxfs_nv_pin(struct phxfs_reg *reg)
 			else
 				pin->persistent = true;
 		}
+		if (pin->persistent) {
+			WRITE_ONCE(reg->dev->pins_refused, false);
+		} else if (ret == -ENODEV && phxfs_nv_have_legacy()) {
+			/* The driver is there, its persistent API is not. */
+			phxfs_nv_say_refused(reg->dev, ret);
+			ret = -EOPNOTSUPP;
+		} else if (ret == -ENOTSUPP || ret == -EOPNOTSUPP) {
+			/*
+			 * MIG and vGPU refuse persistent pins.  No silent
+			 * legacy pins here: those the driver revokes while
+			 * a holder (a pipe, io_uring, RDMA) may keep the
+			 * pages another tenant gets next.
+			 */
+			WRITE_ONCE(reg->dev->pins_refused, true);
+			phxfs_nv_say_refused(reg->dev, ret);
+			ret = -EOPNOTSUPP;
+		}
 	}
-	/*
-	 * Fall back to the legacy API where the persistent one is missing or
-	 * refused (drivers refuse it on MIG and vGPU); a real error stays.
-	 */
-	if (!pin->persistent && api != PHXFS_NV_PERSISTENT &&
-	    (ret == -ENODEV || ret == -ENOTSUPP || ret == -EOPNOTSUPP)) {
+	/* nv_api=legacy alone takes the legacy API. */
+	if (!pin->persistent && api == PHXFS_NV_LEGACY) {
 		int (*get)(u64 token, u32 va_space, u64 va, u64 len,
 			   struct nvidia_p2p_page_table **table,
 			   void (*cb)(void *data), void *data) =
@@ -412,6 +443,7 @@ static int phxfs_nv_pin(struct phxfs_reg *reg)
 		ret = -EOPNOTSUPP;
 	if (ret)
 		goto err_free;
+	reg->pin_api = pin->persistent ? PHXFS_PIN_PERSISTENT : PHXFS_PIN_LEGACY;
 
 	/*
 	 * On a bad table the pin stays in reg->pin: the caller releases it

@@ -46,6 +46,7 @@ static int phxfs_pcibar_pin(struct phxfs_reg *reg)
 	struct phxfs_dev *dev = reg->dev;
 	unsigned long i;
 
+	reg->pin_api = PHXFS_PIN_BAR;
 	if (reg->device_addr >= dev->bar_size ||
 	    reg->length > dev->bar_size - reg->device_addr)
 		return -ERANGE;

@@ -59,13 +59,30 @@
 
 /* Bits of phxfs_info.flags. */
 #define PHXFS_INFO_P2PDMA (1U << 0)      /* pages come from pci_p2pdma_add_resource */
-#define PHXFS_INFO_PERSISTENT (1U << 1)  /* provider pins with the persistent API */
+/*
+ * NVIDIA: REGISTER pins with the persistent API (or, under nv_api=auto and
+ * nv_api=persistent, refuses: it never falls back to revocable pins).
+ */
+#define PHXFS_INFO_PERSISTENT (1U << 1)
 /*
  * The provider's driver is not loaded (NVIDIA: nvidia_p2p_* unresolved), so
  * PHXFS_IOC_REGISTER fails with ENODEV until it is; no reload of phxfs is
  * needed once it appears.
  */
 #define PHXFS_INFO_PROVIDER_MISSING (1U << 2)
+/*
+ * The provider's driver is loaded but gives no pin the module may take:
+ * NVIDIA without the persistent API, or one that refused a persistent pin
+ * on this device (MIG and vGPU do), under nv_api=auto or persistent.
+ * REGISTER fails with EOPNOTSUPP; nv_api=legacy accepts revocable pins
+ * (docs/security.md says what that costs).
+ */
+#define PHXFS_INFO_PIN_REFUSED (1U << 3)
+
+/* Values of phxfs_register.pin: what a registration holds. */
+#define PHXFS_PIN_BAR 0U        /* a PCI BAR range: nothing to revoke */
+#define PHXFS_PIN_PERSISTENT 1U /* NVIDIA persistent pin: the GPU memory stays */
+#define PHXFS_PIN_LEGACY 2U     /* NVIDIA legacy pin: the driver may revoke it */
 
 /* Bits of phxfs_info.features: behaviour a caller may rely on. */
 /* GET_INFO answers any abi_version >= PHXFS_ABI_VERSION_MIN (see above). */
@@ -76,6 +93,8 @@
 #define PHXFS_FEATURE_REGISTER_ACCESS (1ULL << 2)
 /* A provider revocation (legacy free callback) waits a bounded time. */
 #define PHXFS_FEATURE_BOUNDED_REVOKE (1ULL << 3)
+/* nv_api=auto never takes legacy pins; REGISTER reports its pin (.pin). */
+#define PHXFS_FEATURE_PIN_REPORTED (1ULL << 4)
 
 /**
  * struct phxfs_info - PHXFS_IOC_GET_INFO argument.
@@ -133,6 +152,9 @@ struct phxfs_info {
  * @mmap_offset: out: pass as mmap's offset, with the same length, to map
  *               the registration; unique per registration so that one can
  *               be revoked with unmap_mapping_range() alone.
+ * @pin:         out: PHXFS_PIN_*, what the registration holds (0 from
+ *               modules without PHXFS_FEATURE_PIN_REPORTED, where it was
+ *               reserved); ignored on input.
  * @reserved:    must be zero.
  */
 struct phxfs_register {
@@ -144,7 +166,8 @@ struct phxfs_register {
 	__u64 length;
 	__u64 handle;
 	__u64 mmap_offset;
-	__u64 reserved[2];
+	__u64 pin;
+	__u64 reserved;
 };
 
 /*
@@ -166,7 +189,10 @@ struct phxfs_register {
  *  EACCES     DEREGISTER from a process other than the one that registered
  *             (a forked child sharing the file);
  *  ENODEV     the provider's driver is not loaded (PHXFS_INFO_PROVIDER_MISSING);
- *  EOPNOTSUPP, EIO, ENOMEM  from the provider (e.g. NVIDIA refuses memory
+ *  EOPNOTSUPP NVIDIA under nv_api=auto or persistent: the driver has no
+ *             persistent API or refuses persistent pins on this device
+ *             (MIG, vGPU; PHXFS_INFO_PIN_REFUSED);
+ *  EIO, ENOMEM  from the provider (e.g. NVIDIA refuses memory
  *             that is not cudaMalloc'd device memory: EINVAL);
  *  ENOTTY     unknown ioctl number.
  * mmap(fd, length, PROT_READ|PROT_WRITE, MAP_SHARED, mmap_offset):

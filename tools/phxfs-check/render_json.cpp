@@ -27,6 +27,9 @@ Json flag_names(std::uint32_t flags) {
   if ((flags & PHXFS_INFO_PROVIDER_MISSING) != 0U) {
     names.push_back("provider_missing");
   }
+  if ((flags & PHXFS_INFO_PIN_REFUSED) != 0U) {
+    names.push_back("pin_refused");
+  }
   return names;
 }
 

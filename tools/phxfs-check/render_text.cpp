@@ -83,6 +83,12 @@ std::string flags_text(std::uint32_t flags) {
         " provider-missing (the NVIDIA driver is not loaded: registrations fail with ENODEV "
         "until it is; phxfs picks it up without a reload)";
   }
+  if ((flags & PHXFS_INFO_PIN_REFUSED) != 0U) {
+    text +=
+        " pin-refused (the NVIDIA driver gives no persistent pin here, as on MIG and vGPU: "
+        "registrations fail with EOPNOTSUPP; nv_api=legacy accepts revocable pins, "
+        "docs/security.md)";
+  }
   return text;
 }
 

@@ -201,6 +201,12 @@ bool direct_available(int device_id, std::string &reason) {
                " provider's driver is not loaded (registrations would fail with ENODEV)";
       return false;
     }
+    if ((info.flags & PHXFS_INFO_PIN_REFUSED) != 0U) {
+      reason = path + " present, but its " + info.provider_name +
+               " driver gives no persistent pin here (MIG or vGPU; registrations would fail "
+               "with EOPNOTSUPP unless phxfs is loaded with nv_api=legacy)";
+      return false;
+    }
   } catch (const std::system_error &e) {
     reason = path + " present but unusable: " + e.what();
     return false;

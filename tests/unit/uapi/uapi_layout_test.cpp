@@ -46,7 +46,8 @@ static_assert(offsetof(phxfs_register, device_addr) == 16);
 static_assert(offsetof(phxfs_register, length) == 24);
 static_assert(offsetof(phxfs_register, handle) == 32);
 static_assert(offsetof(phxfs_register, mmap_offset) == 40);
-static_assert(offsetof(phxfs_register, reserved) == 48);
+static_assert(offsetof(phxfs_register, pin) == 48);
+static_assert(offsetof(phxfs_register, reserved) == 56);
 
 static_assert(sizeof(phxfs_deregister) == 32);
 static_assert(offsetof(phxfs_deregister, abi_version) == 0);

@@ -193,19 +193,28 @@ else
 	result nvidia/load fail "insmod phxfs nvidia=$bdf0@2"
 fi
 
+# phxfs over the emulation with the module parameters after $1, the suite
+# in mode $1, then unloaded.
+nvidia_mode() {
+	nv_mode=$1
+	shift
+	if insmod $here/phxfs.ko "nvidia=$bdf0@2" "pcibar=$bdf1@2" "$@"; then
+		$vmtest nvidia $nv_mode || failed=1
+		rmmod phxfs || result module/rmmod_$nv_mode fail "rmmod phxfs"
+	else
+		result nvidia/load_$nv_mode fail "insmod $*"
+	fi
+}
+
 if [ -c /dev/nvemu ]; then
-	if insmod $here/phxfs.ko "nvidia=$bdf0@2" "pcibar=$bdf1@2"; then
-		$vmtest nvidia persistent || failed=1
-		rmmod phxfs || result module/rmmod_persistent fail "rmmod phxfs"
-	else
-		result nvidia/load_persistent fail "insmod"
-	fi
-	if insmod $here/phxfs.ko "nvidia=$bdf0@2" "pcibar=$bdf1@2" nv_api=legacy; then
-		$vmtest nvidia legacy || failed=1
-		rmmod phxfs || result module/rmmod_legacy fail "rmmod phxfs"
-	else
-		result nvidia/load_legacy fail "insmod nv_api=legacy"
-	fi
+	nvidia_mode persistent
+	nvidia_mode legacy nv_api=legacy
+	# A GPU shared as MIG or vGPU refuses persistent pins: REGISTER must
+	# refuse too, and take legacy pins only when nv_api=legacy says so.
+	echo 1 >/sys/module/nvemu/parameters/refuse_persistent
+	nvidia_mode refused
+	nvidia_mode refused_legacy nv_api=legacy
+	echo 0 >/sys/module/nvemu/parameters/refuse_persistent
 	check module/rmmod_nvemu "unload the emulation (it reports leaked pins)" rmmod nvemu
 fi
 

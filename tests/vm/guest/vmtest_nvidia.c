@@ -6,7 +6,11 @@
  *   persistent  nvemu first, phxfs with the default API choice;
  *   legacy      phxfs nv_api=legacy: pins carry a free callback;
  *   missing     phxfs loaded before nvemu: registrations must say ENODEV;
- *   appeared    nvemu loaded afterwards, phxfs not reloaded: works.
+ *   appeared    nvemu loaded afterwards, phxfs not reloaded: works;
+ *   refused     nvemu refuses persistent pins (as on MIG and vGPU), phxfs
+ *               with the default API choice: REGISTER must refuse too, never
+ *               fall back to revocable legacy pins;
+ *   refused_legacy  the same with nv_api=legacy: legacy pins, reported.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -37,6 +41,8 @@ static const char *raw_path;
 static uint64_t disk_size;
 static uint64_t write_next;
 static int emu = -1;
+/* The pin REGISTER must report in this mode (phxfs_register.pin). */
+static uint64_t want_pin = PHXFS_PIN_PERSISTENT;
 
 static int emu_alloc(uint64_t len, uint32_t flags, struct nvemu_alloc *out) {
   memset(out, 0, sizeof(*out));
@@ -98,6 +104,8 @@ static int read_into_gpu(bool scatter, uint64_t size, uint64_t disk, char *detai
   EXPECT(!ret, "cudaMalloc (emulated): %s", strerror(-ret));
   ret = phx_register(fd, a.va, size, &r);
   EXPECT(!ret, "register GPU va %#llx: %s", (unsigned long long)a.va, strerror(-ret));
+  EXPECT(r.pin == want_pin, "REGISTER reported pin %llu, want %llu", (unsigned long long)r.pin,
+         (unsigned long long)want_pin);
   map = phx_map(fd, &r);
   EXPECT(map, "mmap: %s", strerror(errno));
   EXPECT(!read_exact(raw, map, size, disk), "O_DIRECT read into GPU memory: %s", strerror(errno));
@@ -790,6 +798,44 @@ static int t_legacy_deregister(char *detail, size_t len) {
   return 0;
 }
 
+/*
+ * The driver refuses persistent pins (MIG, vGPU): with the default API
+ * choice REGISTER fails with EOPNOTSUPP, no legacy pin is taken behind the
+ * caller's back, and GET_INFO says so from then on.
+ */
+static int t_refused(char *detail, size_t len) {
+  struct nvemu_stats before, after;
+  struct phxfs_info info;
+  struct phxfs_register r;
+  struct nvemu_alloc a;
+  int fd = phx_open_dev(0), ret;
+
+  EXPECT(fd >= 0 && !phx_get_info(fd, &info), "info");
+  EXPECT(info.features & PHXFS_FEATURE_PIN_REPORTED, "features %#llx",
+         (unsigned long long)info.features);
+  EXPECT(!emu_stats(&before), "stats");
+  ret = emu_alloc(1 * MiB, 0, &a);
+  EXPECT(!ret, "cudaMalloc (emulated): %s", strerror(-ret));
+  ret = phx_register(fd, a.va, 1 * MiB, &r);
+  EXPECT(ret == -EOPNOTSUPP, "register with persistent pins refused: %d, want EOPNOTSUPP", ret);
+  EXPECT(!emu_stats(&after) && after.legacy_pins == before.legacy_pins &&
+             after.pins_live == before.pins_live,
+         "a pin was taken anyway: legacy %llu -> %llu, live %llu -> %llu",
+         (unsigned long long)before.legacy_pins, (unsigned long long)after.legacy_pins,
+         (unsigned long long)before.pins_live, (unsigned long long)after.pins_live);
+  EXPECT(!phx_get_info(fd, &info), "info after");
+  EXPECT((info.flags & PHXFS_INFO_PIN_REFUSED) && !(info.flags & PHXFS_INFO_PERSISTENT) &&
+             !(info.flags & PHXFS_INFO_PROVIDER_MISSING),
+         "flags %#x: PIN_REFUSED expected", info.flags);
+  EXPECT(!emu_free(a.va), "cudaFree");
+  close(fd);
+  snprintf(detail, len,
+           "persistent pins refused by the driver: REGISTER EOPNOTSUPP, no legacy pin taken, "
+           "GET_INFO flags %#x",
+           info.flags);
+  return 0;
+}
+
 static int t_missing(char *detail, size_t len) {
   struct phxfs_info info;
   struct phxfs_register r;
@@ -829,7 +875,13 @@ int vmtest_nvidia(const char *mode) {
   if (!strcmp(mode, "appeared")) {
     vm_run("nvidia/load_order_appeared_info", t_info);
     vm_run("nvidia/load_order_appeared_read", t_read_scattered);
+  } else if (!strcmp(mode, "refused")) {
+    vm_run("nvidia/refused_no_silent_legacy", t_refused);
+  } else if (!strcmp(mode, "refused_legacy")) {
+    want_pin = PHXFS_PIN_LEGACY;
+    vm_run("nvidia/refused_legacy_opted_in", t_legacy_deregister);
   } else if (!strcmp(mode, "legacy")) {
+    want_pin = PHXFS_PIN_LEGACY;
     vm_run("nvidia/legacy_deregister", t_legacy_deregister);
     vm_run("nvidia/legacy_free_callback", t_legacy_callback);
     vm_run("nvidia/legacy_free_callback_during_io", t_legacy_callback_during_io);

@@ -294,9 +294,23 @@ static int t_bad_input(char *detail, size_t len) {
   r.argsz = sizeof(r);
   r.device_addr = scratch;
   r.length = 4096;
-  r.reserved[1] = 1;
+  r.reserved = 1;
   EXPECT(ioctl(fd, PHXFS_IOC_REGISTER, &r) && errno == EINVAL, "reserved: errno %d", errno);
-  r.reserved[1] = 0;
+  r.reserved = 0;
+  /* pin is an output: what a caller leaves in it is ignored. */
+  r.pin = 0x5a5a;
+  EXPECT(!ioctl(fd, PHXFS_IOC_REGISTER, &r) && r.pin == PHXFS_PIN_BAR,
+         "pin left set on input: errno %d, pin %llu", errno, (unsigned long long)r.pin);
+  if (r.handle) {
+    struct phxfs_deregister d = {.abi_version = PHXFS_ABI_VERSION, .argsz = sizeof(d),
+                                 .handle = r.handle};
+    EXPECT(!ioctl(fd, PHXFS_IOC_DEREGISTER, &d), "deregister: errno %d", errno);
+  }
+  memset(&r, 0, sizeof(r));
+  r.abi_version = PHXFS_ABI_VERSION;
+  r.argsz = sizeof(r);
+  r.device_addr = scratch;
+  r.length = 4096;
   r.pad = 1;
   EXPECT(ioctl(fd, PHXFS_IOC_REGISTER, &r) && errno == EINVAL, "pad: errno %d", errno);
   r.pad = 0;

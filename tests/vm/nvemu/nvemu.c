@@ -71,6 +71,11 @@ static bool legacy_only;
 module_param(legacy_only, bool, 0444);
 MODULE_PARM_DESC(legacy_only, "Do not export the persistent API (an older driver)");
 
+static bool refuse_persistent;
+module_param(refuse_persistent, bool, 0644);
+MODULE_PARM_DESC(refuse_persistent,
+		 "Refuse persistent pins with -ENOTSUPP, as the driver does on MIG and vGPU");
+
 struct nvemu_alloc_rec {
 	struct list_head node;
 	struct file *owner;
@@ -383,7 +388,7 @@ int nvidia_p2p_get_pages_persistent(u64 virtual_address, u64 length,
 				    struct nvidia_p2p_page_table **page_table,
 				    u32 flags)
 {
-	if (legacy_only)
+	if (legacy_only || READ_ONCE(refuse_persistent))
 		return -ENOTSUPP;
 	if (flags)
 		return -EINVAL;
