@@ -12,6 +12,7 @@
 #include <shared_mutex>
 #include <string>
 #include <system_error>
+#include <type_traits>
 
 #include "core/device_state.hpp"
 #include "core/error.hpp"
@@ -367,18 +368,17 @@ int phxfs_open_options(int device_id, const phxfs_options_t *options) {
     o.stream_workers = options->stream_workers;
     o.stream_staging_bytes = options->stream_staging_bytes;
     if (options->size == sizeof(phxfs_options_t)) {
-      switch (options->read_cache) {
-        case PHXFS_READ_CACHE_AUTO:
-          o.read_cache = phx::ReadCache::automatic;
-          break;
-        case PHXFS_READ_CACHE_DESCRIPTOR:
-          o.read_cache = phx::ReadCache::descriptor;
-          break;
-        default:
-          phx::detail::throw_errno(EINVAL,
-                                   "options.read_cache " +
-                                       std::to_string(static_cast<int>(options->read_cache)) +
-                                       ": expected PHXFS_READ_CACHE_AUTO or _DESCRIPTOR");
+      // Read as its integer: a C caller may store any int in the enum, and
+      // loading one outside the enumerators as the enum is undefined in C++.
+      std::underlying_type_t<phxfs_read_cache_t> cache = 0;
+      std::memcpy(&cache, &options->read_cache, sizeof(cache));
+      if (cache == PHXFS_READ_CACHE_AUTO) {
+        o.read_cache = phx::ReadCache::automatic;
+      } else if (cache == PHXFS_READ_CACHE_DESCRIPTOR) {
+        o.read_cache = phx::ReadCache::descriptor;
+      } else {
+        phx::detail::throw_errno(EINVAL, "options.read_cache " + std::to_string(cache) +
+                                             ": expected PHXFS_READ_CACHE_AUTO or _DESCRIPTOR");
       }
       o.copy_spin_us = options->copy_spin_us;
     }
