@@ -302,8 +302,8 @@ static int t_bad_input(char *detail, size_t len) {
   EXPECT(!ioctl(fd, PHXFS_IOC_REGISTER, &r) && r.pin == PHXFS_PIN_BAR,
          "pin left set on input: errno %d, pin %llu", errno, (unsigned long long)r.pin);
   if (r.handle) {
-    struct phxfs_deregister d = {.abi_version = PHXFS_ABI_VERSION, .argsz = sizeof(d),
-                                 .handle = r.handle};
+    struct phxfs_deregister d = {
+        .abi_version = PHXFS_ABI_VERSION, .argsz = sizeof(d), .handle = r.handle};
     EXPECT(!ioctl(fd, PHXFS_IOC_DEREGISTER, &d), "deregister: errno %d", errno);
   }
   memset(&r, 0, sizeof(r));
