@@ -38,11 +38,15 @@ std::size_t live_stream_workers() noexcept {
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <new>
+#include <optional>
+#include <set>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -81,6 +85,56 @@ enum Chain : int {
 // into device memory has to wait, and that is in the stream already.
 std::atomic<std::size_t> pending_writes{0};
 
+// Where the pending stream-ordered writes end, per file.  A staged read
+// sizes its copies when it is submitted, before the writes ahead of it in
+// its stream have reached the file: sized by the file as it was then, a
+// read right behind a write that grows the file came back short (3 runs in
+// 60 of the libphxfile client test).  The file is taken to reach at least
+// as far as the writes still pending on it.
+struct FileKey {
+  dev_t device = 0;
+  ino_t inode = 0;
+  bool operator<(const FileKey &other) const noexcept {
+    return std::tie(device, inode) < std::tie(other.device, other.inode);
+  }
+};
+
+class PendingWriteEnds {
+ public:
+  void add(const FileKey &key, std::uint64_t end) {
+    const std::lock_guard lock(mutex_);
+    ends_[key].insert(end);
+  }
+  void remove(const FileKey &key, std::uint64_t end) noexcept {
+    const std::lock_guard lock(mutex_);
+    const auto it = ends_.find(key);
+    if (it == ends_.end()) {
+      return;
+    }
+    if (const auto at = it->second.find(end); at != it->second.end()) {
+      it->second.erase(at);
+    }
+    if (it->second.empty()) {
+      ends_.erase(it);
+    }
+  }
+  // The furthest end of the writes pending on @p key; 0 when none.
+  [[nodiscard]] std::uint64_t furthest(const FileKey &key) const {
+    const std::lock_guard lock(mutex_);
+    const auto it = ends_.find(key);
+    return it == ends_.end() ? 0 : *it->second.rbegin();
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<FileKey, std::multiset<std::uint64_t>> ends_;
+};
+
+PendingWriteEnds &pending_write_ends() {
+  static PendingWriteEnds ends;
+  return ends;
+}
+
 // One in-flight stream-ordered I/O.
 struct Op {
   Op() = default;
@@ -89,11 +143,16 @@ struct Op {
   Op(Op &&) = delete;
   Op &operator=(Op &&) = delete;
   ~Op() {
+    if (write_end) {
+      pending_write_ends().remove(write_file, *write_end);
+    }
     if (counted_write) {
       pending_writes.fetch_sub(1, std::memory_order_acq_rel);
     }
   }
   bool counted_write = false;  // counted in pending_writes
+  FileKey write_file;          // a write's file and end, while in pending_write_ends
+  std::optional<std::uint64_t> write_end;
   StreamRequest request;
   CUcontext context = nullptr;
   CUevent event = nullptr;  // prior stream work; null: nothing to wait for
@@ -664,17 +723,25 @@ bool StreamIo::Core::run_staged(Op &op, bool current) noexcept {
       gave_up = true;
       break;
     }
+    std::size_t moved = 0;
     if (!stop_io) {
       const TransferResult t = transfer(r.dir, r.fd, slot.buffer.data(), size, offset, r.policy);
+      moved = std::min(t.done, size);
       total += t.done;
       if (t.error != 0) {
         error = t.error;
         stop_io = true;
       } else if (t.done < size) {
-        // A read: the file shrank since it was enqueued.  A write: EIO.
+        // A read: the file shrank since it was enqueued, or a write ahead
+        // of it in the stream did not grow it as far.  A write: EIO.
         error = reading ? 0 : EIO;
         stop_io = true;
       }
+    }
+    if (reading && moved < size) {
+      // The copy into device memory is in the stream already: past the
+      // end of what was read it copies zeros, not an earlier op's staging.
+      std::memset(static_cast<std::byte *>(slot.buffer.data()) + moved, 0, size - moved);
     }
     if (i + 1 == op.count && r.bytes_done != nullptr) {
       // The caller may read the result as soon as this chunk's flag lets
@@ -960,7 +1027,11 @@ bool StreamIo::Core::enqueue_staged(const std::shared_ptr<Core> &self,
     // The copies' sizes are fixed now: reads stop at the end of file as it is.
     struct stat st = {};
     if (::fstat(r.fd, &st) == 0 && S_ISREG(st.st_mode)) {
-      const auto file_size = static_cast<std::uint64_t>(st.st_size);
+      auto file_size = static_cast<std::uint64_t>(st.st_size);
+      if (!op.ignore_order && pending_writes.load(std::memory_order_acquire) != 0) {
+        file_size =
+            std::max(file_size, pending_write_ends().furthest(FileKey{st.st_dev, st.st_ino}));
+      }
       op.length = r.file_offset >= file_size ? 0
                                              : static_cast<std::size_t>(std::min<std::uint64_t>(
                                                    r.size, file_size - r.file_offset));
@@ -1104,6 +1175,12 @@ void StreamIo::Core::submit(const std::shared_ptr<Core> &self, StreamRequest req
   if (request.dir == Direction::write) {
     pending_writes.fetch_add(1, std::memory_order_acq_rel);
     op->counted_write = true;
+    struct stat st = {};
+    if (::fstat(request.fd, &st) == 0 && S_ISREG(st.st_mode)) {
+      op->write_file = FileKey{st.st_dev, st.st_ino};
+      pending_write_ends().add(op->write_file, request.file_offset + request.size);
+      op->write_end = request.file_offset + request.size;
+    }
   }
   op->request = std::move(request);
   op->context = context;

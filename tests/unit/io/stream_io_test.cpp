@@ -673,5 +673,57 @@ TEST_F(StreamIoTest, ReadOrderBreaksOnlyWithTheSeam) {
   }
 }
 
+// A read right behind a write that grows the file, on one stream held by
+// a slow fill: the read is sized when it is submitted, before the write
+// reached the file, and must still read all the write put there.  Then
+// the same with a write that fails: the read stops at the file's end and
+// copies zeros past it, not an earlier op's staging.
+TEST_F(StreamIoTest, AReadBehindAWriteThatGrowsTheFileReadsItAll) {
+  constexpr std::size_t kSize = (std::size_t{1} << 20) + 4096 + 17;
+  constexpr std::size_t kHead = 4096;
+  FakeDeviceMemory source(kSize);
+  FakeDeviceMemory target(kSize);
+  auto dev = Device::open(0, Engine::compat);
+  auto from = dev.register_memory(source.data(), source.size());
+  auto into = dev.register_memory(target.data(), target.size());
+  const FakeStream stream;
+  struct Outcome {
+    ssize_t written = -7;
+    ssize_t read = -7;
+    std::vector<std::byte> seen;
+  };
+  // A file of kHead bytes, opened with @p flags; a slow fill, a write of
+  // kSize bytes and a read of them, all on one stream.
+  const auto write_then_read = [&](const char *name, int flags) {
+    write_pattern_file(dir_ / name, kHead, kSeed);
+    File f(dir_ / name, flags);
+    target.fill(std::byte{0xee});
+    Outcome out;
+    EXPECT_EQ(
+        phx_fake_cuda_enqueue_fill(stream.get(), source.device_pointer(), kSize, 0x3c, 300000), 0);
+    f.write_async(from, 0, kSize, 0, &out.written, stream.get());
+    f.read_async(into, 0, kSize, 0, &out.read, stream.get());
+    stream.synchronize();
+    out.seen.resize(kSize);
+    EXPECT_EQ(cuMemcpyDtoH_v2(out.seen.data(), target.device_pointer(), kSize), 0);
+    return out;
+  };
+  const Outcome grown = write_then_read("grows", O_RDWR);
+  EXPECT_EQ(grown.written, static_cast<ssize_t>(kSize));
+  EXPECT_EQ(grown.read, static_cast<ssize_t>(kSize))
+      << "the read stopped where the file ended when it was submitted";
+  EXPECT_EQ(std::count(grown.seen.begin(), grown.seen.end(), std::byte{0x3c}),
+            static_cast<std::ptrdiff_t>(kSize));
+  // A write that cannot reach the file (a read-only descriptor): the read
+  // behind it gets the file's first kHead bytes, and zeros after them.
+  const Outcome failed = write_then_read("stays", O_RDONLY);
+  EXPECT_LT(failed.written, 0);
+  EXPECT_EQ(failed.read, static_cast<ssize_t>(kHead));
+  EXPECT_FALSE(find_mismatch(std::span(failed.seen).first(kHead), kSeed, 0).has_value());
+  EXPECT_EQ(std::count(failed.seen.begin() + kHead, failed.seen.end(), std::byte{0}),
+            static_cast<std::ptrdiff_t>(kSize - kHead))
+      << "past the file's end the read copied something else than zeros";
+}
+
 }  // namespace
 }  // namespace phx::test
