@@ -1,0 +1,218 @@
+# SPDX-License-Identifier: MIT
+"""phoenix_gds.hf.from_pretrained against transformers' own from_pretrained,
+on the CPU, with small random models saved by transformers itself.
+
+Every parameter and buffer is compared bit for bit (dtype, shape, device
+and bytes), and greedy generation must give the same tokens.  The loads
+that must come from Phoenix run with transformers' own safetensors reader
+patched to fail, so a test cannot pass by transformers reading the files.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+
+import pytest
+import torch
+import transformers
+from transformers import (AutoModel, AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel,
+                          LlamaConfig, LlamaForCausalLM)
+
+from phoenix_gds import hf
+
+PROMPT = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+
+
+def _llama(path, *, tie=False, dtype=torch.bfloat16, shard="60KB", seed=0):
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=320, hidden_size=64, intermediate_size=160,
+                         num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=128, tie_word_embeddings=tie, dtype=dtype)
+    model = LlamaForCausalLM(config).to(dtype)
+    model.save_pretrained(path, max_shard_size=shard)
+    return path
+
+
+def _gpt2(path, seed=1):
+    torch.manual_seed(seed)
+    config = GPT2Config(vocab_size=300, n_positions=64, n_embd=48, n_layer=2, n_head=4,
+                        dtype=torch.float32)
+    GPT2LMHeadModel(config).save_pretrained(path, max_shard_size="50KB")
+    return path
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError("transformers read the checkpoint itself")
+
+
+def _bits(t):
+    return t.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
+def assert_same_model(ours, ref):
+    assert type(ours) is type(ref)
+    for kind in ("named_parameters", "named_buffers"):
+        a = dict(getattr(ours, kind)(remove_duplicate=False))
+        b = dict(getattr(ref, kind)(remove_duplicate=False))
+        assert a.keys() == b.keys(), kind
+        for name in b:
+            x, y = a[name], b[name]
+            assert (x.dtype, x.shape, x.device) == (y.dtype, y.shape, y.device), name
+            assert torch.equal(_bits(x), _bits(y)), f"{name}: other bytes"
+            assert getattr(x, "requires_grad", False) == getattr(y, "requires_grad", False), name
+    # Tied weights are one tensor in both.
+    def shared(model):
+        names = {}
+        for name, p in model.named_parameters(remove_duplicate=False):
+            names.setdefault(id(p), []).append(name)
+        return sorted(v for v in names.values() if len(v) > 1)
+
+    assert shared(ours) == shared(ref)
+    assert ours.training == ref.training
+    assert ours.config.to_dict() == ref.config.to_dict()
+    if ref.can_generate():
+        assert ours.generation_config.to_dict() == ref.generation_config.to_dict()
+        with torch.no_grad():
+            got = ours.generate(PROMPT, max_new_tokens=12, do_sample=False)
+            want = ref.generate(PROMPT, max_new_tokens=12, do_sample=False)
+        assert got.tolist() == want.tolist()
+
+
+def _both(cls, path, monkeypatch, **kwargs):
+    """Ours (with transformers' reader patched to fail), then transformers'."""
+    with monkeypatch.context() as m:
+        m.setattr(transformers.modeling_utils, "safe_open", _refuse)
+        ours = hf.from_pretrained(cls, path, **kwargs)
+    ref = cls.from_pretrained(path, **kwargs)
+    return ours, ref
+
+
+@pytest.mark.parametrize("dtype", [None, "auto", torch.bfloat16, torch.float32, torch.float16])
+def test_sharded_llama_is_transformers_model(tmp_path, monkeypatch, dtype):
+    path = _llama(tmp_path / "llama")
+    assert (path / "model.safetensors.index.json").exists()
+    ours, ref = _both(AutoModelForCausalLM, path, monkeypatch, dtype=dtype,
+                      device_map="cpu")
+    assert_same_model(ours, ref)
+
+
+def test_no_device_map_and_auto_match_transformers(tmp_path, monkeypatch):
+    path = _llama(tmp_path / "llama", shard="10MB")
+    assert (path / "model.safetensors").exists()  # one file, no index
+    for device_map in (None, "auto", {"": "cpu"}, {"model": "cpu", "lm_head": "cpu"}):
+        ours, ref = _both(LlamaForCausalLM, path, monkeypatch, device_map=device_map)
+        assert_same_model(ours, ref)
+        assert getattr(ours, "hf_device_map", None) == getattr(ref, "hf_device_map", None)
+
+
+def test_tied_embeddings_are_tied(tmp_path, monkeypatch):
+    path = _llama(tmp_path / "tied", tie=True)
+    ours, ref = _both(AutoModelForCausalLM, path, monkeypatch, device_map="cpu")
+    assert ours.lm_head.weight is ours.model.embed_tokens.weight
+    assert_same_model(ours, ref)
+
+
+def test_gpt2_is_transformers_model(tmp_path, monkeypatch):
+    path = _gpt2(tmp_path / "gpt2")
+    ours, ref = _both(AutoModelForCausalLM, path, monkeypatch, dtype=torch.bfloat16)
+    assert_same_model(ours, ref)
+
+
+def test_head_checkpoint_into_the_base_model(tmp_path, monkeypatch):
+    # The checkpoint's keys carry the base model's prefix ("model."), the
+    # model's do not, and lm_head is left over: renamed and dropped as
+    # transformers does.
+    path = _llama(tmp_path / "llama")
+    ours, ref = _both(AutoModel, path, monkeypatch, device_map="cpu")
+    assert_same_model(ours, ref)
+
+
+def test_attn_implementation_and_config_overrides(tmp_path, monkeypatch):
+    path = _llama(tmp_path / "llama")
+    ours, ref = _both(AutoModelForCausalLM, path, monkeypatch, attn_implementation="eager",
+                      rms_norm_eps=1e-3)
+    assert ours.config._attn_implementation == "eager"
+    assert ours.config.rms_norm_eps == 1e-3
+    assert_same_model(ours, ref)
+
+
+def test_loader_options_and_loading_info(tmp_path, monkeypatch):
+    path = _llama(tmp_path / "llama")
+    with monkeypatch.context() as m:
+        m.setattr(transformers.modeling_utils, "safe_open", _refuse)
+        ours, info = hf.from_pretrained(AutoModelForCausalLM, path, output_loading_info=True,
+                                        loader_options={"cache": "buffered", "chunk_size": 4096})
+    ref, ref_info = AutoModelForCausalLM.from_pretrained(path, output_loading_info=True)
+    assert_same_model(ours, ref)
+    assert info == ref_info
+
+
+def test_missing_weights_are_an_error_not_random(tmp_path):
+    # A base model's checkpoint has no lm_head: transformers would make one
+    # up at random.
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+    AutoModel.from_config(config).save_pretrained(tmp_path / "base")
+    with pytest.raises(OSError) as e:
+        hf.from_pretrained(AutoModelForCausalLM, tmp_path / "base")
+    assert e.value.errno == errno.EINVAL
+    assert "lm_head.weight" in str(e.value)
+
+
+def _edit_config(path, **changes):
+    with open(path / "config.json") as f:
+        config = json.load(f)
+    config.update(changes)
+    with open(path / "config.json", "w") as f:
+        json.dump(config, f)
+
+
+def test_what_it_does_not_cover_is_refused(tmp_path):
+    path = _llama(tmp_path / "llama")
+    with pytest.raises(OSError) as e:
+        hf.from_pretrained(AutoModelForCausalLM, tmp_path / "nowhere")
+    assert e.value.errno == errno.ENOENT
+    with pytest.raises(OSError) as e:
+        hf.from_pretrained(AutoModelForCausalLM, path / "config.json")
+    assert e.value.errno == errno.ENOTDIR
+    for kwargs in ({"trust_remote_code": True}, {"device_map": {"": "disk"}},
+                   {"quantization_config": {"quant_method": "bitsandbytes"}},
+                   {"load_in_8bit": True}, {"gguf_file": "x.gguf"}, {"tp_plan": "auto"}):
+        with pytest.raises(hf.UnsupportedCheckpoint):
+            hf.from_pretrained(AutoModelForCausalLM, path, **kwargs)
+
+    quantized = tmp_path / "quantized"
+    shutil.copytree(path, quantized)
+    _edit_config(quantized, quantization_config={"quant_method": "fp8",
+                                                 "weight_block_size": [128, 128]})
+    with pytest.raises(hf.UnsupportedCheckpoint, match="quantized"):
+        hf.from_pretrained(AutoModelForCausalLM, quantized)
+
+    remote = tmp_path / "remote"
+    shutil.copytree(path, remote)
+    _edit_config(remote, model_type="phoenix-test-remote",
+                 auto_map={"AutoModelForCausalLM": "modeling_x.XForCausalLM"})
+    with pytest.raises((hf.UnsupportedCheckpoint, ValueError), match="remote|phoenix-test-remote"):
+        hf.from_pretrained(AutoModelForCausalLM, remote)
+
+    pickled = tmp_path / "pickled"
+    pickled.mkdir()
+    shutil.copy(path / "config.json", pickled)
+    torch.save({}, pickled / "pytorch_model.bin")
+    with pytest.raises(hf.UnsupportedCheckpoint, match="safetensors"):
+        hf.from_pretrained(AutoModelForCausalLM, pickled)
+
+
+def test_a_damaged_shard_is_an_oserror(tmp_path):
+    path = _llama(tmp_path / "llama")
+    shard = sorted(p for p in os.listdir(path) if p.endswith(".safetensors"))[-1]
+    size = os.path.getsize(path / shard)
+    os.truncate(path / shard, size - 100)
+    with pytest.raises(OSError) as e:
+        hf.from_pretrained(AutoModelForCausalLM, path)
+    assert e.value.errno is not None
+    assert shard in str(e.value)
