@@ -25,6 +25,11 @@ using test::TempDir;
 
 constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
 constexpr std::uint64_t kSeed = 11;
+// What a read served from the page cache may still make the block layer
+// read: a filesystem metadata block, or a page reclaimed while the parallel
+// suite presses on memory (seen once in CI: 4096 bytes). An O_DIRECT read of
+// the same range reads all of it, at least 1 MiB in every case below.
+constexpr std::uint64_t kFromMemorySlack = 64 * 1024;
 
 using test::storage_read_bytes;
 
@@ -83,9 +88,10 @@ TEST_F(CachePolicy, ACachedRangeIsReadFromThePageCache) {
   File file(path_, O_RDONLY);
   ASSERT_TRUE(file.direct_io()) << "the test needs a filesystem with O_DIRECT";
   EXPECT_TRUE(file.reads_buffered(0, size_));
-  EXPECT_EQ(read_checked(file, 0, size_), 0U) << "the default read a cached file from the disk";
+  EXPECT_LE(read_checked(file, 0, size_), kFromMemorySlack)
+      << "the default read a cached file from the disk";
   // Unaligned at both ends, as through the page cache any read may be.
-  EXPECT_EQ(read_checked(file, 4097, 3 * kMiB + 11), 0U);
+  EXPECT_LE(read_checked(file, 4097, 3 * kMiB + 11), kFromMemorySlack);
   // The control: O_DIRECT by request reads the same cached range from the
   // disk, so the counter above would have moved had the default done so.
   File direct(path_, O_RDONLY, 0644, DirectIo::preferred);
@@ -111,7 +117,7 @@ TEST_F(CachePolicy, AnUncachedRangeIsReadDirectAndStaysUncached) {
 TEST_F(CachePolicy, EachReadIsDecidedForItsOwnRange) {
   cache_only(0, size_ / 2);
   File file(path_, O_RDONLY);
-  EXPECT_EQ(read_checked(file, 0, size_ / 2), 0U);
+  EXPECT_LE(read_checked(file, 0, size_ / 2), kFromMemorySlack);
   EXPECT_GE(read_checked(file, size_ / 2, size_ / 2), size_ / 2);
   EXPECT_EQ(detail::mincore_fraction(fd_, size_ / 2, size_ / 2), 0.0);
   // A read mostly (3 of 4 pages) cached goes through the page cache, and
@@ -136,7 +142,7 @@ TEST_F(CachePolicy, WritesAndBothDescriptorsAgreeOnTheBytes) {
   EXPECT_EQ(file.read(back, kMiB), kMiB);
   EXPECT_EQ(back, fresh);
   // The untouched cached rest still reads from memory, and right.
-  EXPECT_EQ(read_checked(file, 2 * kMiB, size_ - 2 * kMiB), 0U);
+  EXPECT_LE(read_checked(file, 2 * kMiB, size_ - 2 * kMiB), kFromMemorySlack);
 }
 
 TEST_F(CachePolicy, ExplicitModesAreKept) {
@@ -156,9 +162,9 @@ TEST_F(CachePolicy, TheFileIsStillReadAfterItsPathIsGone) {
   File file(path_, O_RDONLY);
   cache_only(0, size_);
   ASSERT_EQ(::unlink(path_.c_str()), 0);
-  EXPECT_EQ(read_checked(file, 0, size_), 0U);
+  EXPECT_LE(read_checked(file, 0, size_), kFromMemorySlack);
   File moved(std::move(file));
-  EXPECT_EQ(read_checked(moved, kMiB, kMiB), 0U);
+  EXPECT_LE(read_checked(moved, kMiB, kMiB), kFromMemorySlack);
 }
 
 }  // namespace
