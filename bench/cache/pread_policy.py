@@ -20,14 +20,11 @@ configuration, cache, size and row, and the ratios issue 38 names.
 """
 
 import argparse
-import datetime
-import importlib.metadata
 import json
 import os
 import pathlib
 import statistics
 import struct
-import subprocess
 import sys
 import time
 
@@ -35,7 +32,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 from phxrepro.experiments.cufile_costs import kvikio_env, rotated  # noqa: E402
 from phxrepro.peers import pagecache  # noqa: E402
-from phxrepro.records import source_rev  # noqa: E402
+from phxrepro.records import add_round_arguments, goal_ratio  # noqa: E402
+from phxrepro.records import manifest_header, run_worker  # noqa: E402
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 SIZES = [64 * KiB, MiB, 4 * MiB, 16 * MiB, 256 * MiB]
@@ -210,11 +208,8 @@ def summarise(records):
                         "resident_before_max": max((r["resident_before_max"] or 0) for r in rows)})
 
     def ratio(goal, a, b, at_least):
-        if a in medians and b in medians:
-            value = medians[a] / medians[b]
-            out.append({"kind": "ratio", "goal": goal, "numerator": list(a),
-                        "denominator": list(b), "ratio": value, "at_least": at_least,
-                        "met": value >= at_least})
+        if rec := goal_ratio(goal, medians, a, b, at_least):
+            out.append(rec)
 
     sizes = sorted({k[2] for k in medians})
     for size in sizes:
@@ -247,21 +242,8 @@ def run(args):
     if not loader.exists():
         write_safetensors(loader, LOADER_BYTES, 2)
     out = pathlib.Path(args.out)
-    versions = {}
-    for name in ("torch", "kvikio-cu13", "numpy"):
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    gpus = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                          capture_output=True, text=True).stdout.split("\n")
-    manifest = {"schema": "phx-pread-policy/1", "git": source_rev(ROOT),
-                "started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
-                    timespec="seconds"),
-                "command": " ".join([pathlib.Path(sys.argv[0]).name, *sys.argv[1:]]),
-                "machine": {"kernel": os.uname().release, "cpus": os.cpu_count(),
-                            "gpus": [g for g in gpus if g.strip()]},
-                "files": {"data": DATA_BYTES, "loader": LOADER_BYTES}, "versions": versions,
+    manifest = {**manifest_header("phx-pread-policy/1", ROOT, ("torch", "kvikio-cu13", "numpy")),
+                "files": {"data": DATA_BYTES, "loader": LOADER_BYTES},
                 "rounds": args.rounds, "caches": args.caches, "sizes": args.sizes,
                 "reps": args.reps, "configs": args.configs}
     out.with_name("manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
@@ -286,19 +268,10 @@ def run(args):
                                          args.shim)
                     if config == "kvikio-shim-nospin":
                         env["PHX_COPY_SPIN_US"] = "0"
-                    try:
-                        done = subprocess.run([sys.executable, __file__, "worker", json.dumps(job)],
-                                              env=env, capture_output=True, text=True,
-                                              timeout=args.job_timeout_s)
-                        lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
-                        if not lines:
-                            lines = [json.dumps({"kind": "read", **job, "status": "error",
-                                                 "error": done.stderr[-800:]})]
-                    except subprocess.TimeoutExpired:
-                        lines = [json.dumps({"kind": "read", **job, "status": "timeout"})]
-                    for line in lines:
-                        records.append(json.loads(line))
-                        sink.write(line + "\n")
+                    for rec in run_worker(__file__, job, kind="read", env=env,
+                                          timeout_s=args.job_timeout_s):
+                        records.append(rec)
+                        sink.write(json.dumps(rec) + "\n")
                         sink.flush()
         for rec in summarise(records):
             sink.write(json.dumps(rec) + "\n")
@@ -316,13 +289,10 @@ def main():
     r.add_argument("--shim", required=True, help="Phoenix's libcufile.so.0")
     r.add_argument("--scratch", default=os.path.join(os.environ.get("TMPDIR", "/var/tmp"),
                                                       "phx-cache"))
-    r.add_argument("--rounds", type=int, default=3)
-    r.add_argument("--caches", default="warm,cold")
     r.add_argument("--configs", default=",".join(CONFIGS))
     r.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=SIZES)
     r.add_argument("--reps", type=int, default=3)
-    r.add_argument("--budget-s", type=float, default=420)
-    r.add_argument("--job-timeout-s", type=float, default=120)
+    add_round_arguments(r)
     w = sub.add_parser("worker")
     w.add_argument("job")
     args = parser.parse_args()
