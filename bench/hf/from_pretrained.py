@@ -261,13 +261,7 @@ def verify(args) -> dict:
 
 
 def evict(files) -> float | None:
-    for _ in range(20):
-        pagecache.evict(files, drop_caches=True)
-        resident = pagecache.resident_fraction(files)
-        if not resident:
-            return resident
-        time.sleep(0.05)
-    return resident
+    return pagecache.evict_until_cold(files)
 
 
 def summarise(records):

@@ -79,3 +79,18 @@ def resident_fraction(paths) -> float | None:
         finally:
             os.close(fd)
     return resident / pages if pages else 0.0
+
+
+def evict_until_cold(paths, *, drop_caches: bool = True, tries: int = 20) -> float | None:
+    """Evicts @paths until mincore finds none of their pages (readahead still
+    in flight cannot be dropped at once); returns the fraction left."""
+    import time
+
+    resident = None
+    for _ in range(tries):
+        evict(paths, drop_caches=drop_caches)
+        resident = resident_fraction(paths)
+        if not resident:
+            return resident
+        time.sleep(0.05)
+    return resident
