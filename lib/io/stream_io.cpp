@@ -284,8 +284,6 @@ constexpr auto kReapPoll = std::chrono::microseconds(20);
 // meanwhile starts the worker's over.
 constexpr auto kReapPollMax = std::chrono::microseconds(1000);
 constexpr std::size_t kReapBatch = 64;
-// Idle staging is freed after this long without work, when no op is running.
-constexpr auto kTrimIdleAfter = std::chrono::seconds(2);
 // How long a closing device waits for its streams to pass their last waits
 // on its flags before it leaves the flags allocated instead.
 constexpr auto kTailWait = std::chrono::seconds(2);
@@ -308,6 +306,7 @@ struct StreamIo::Core {
   [[nodiscard]] StreamIoStats stats() const;
 
  private:
+  void submit_inside(const std::shared_ptr<Core> &self, StreamRequest request, CUstream_st *stream);
   CUcontext device_context();
   std::uint32_t *take_flag();
   void give_flag(std::uint32_t *flag) noexcept;
@@ -363,6 +362,14 @@ struct StreamIo::Core {
   std::chrono::microseconds reap_wait = kReapPoll;  // the polling worker's next wait
   std::size_t reap_polls = 0;
   bool stop = false;
+  // An idle worker gives staging back with cuMemFreeHost, which waits for
+  // the work in every stream of the device (an implicit synchronisation).
+  // No stream may wait for one of our flags meanwhile, or neither returns:
+  // a worker trims only when no op is in flight and no submitter is inside,
+  // and submitters wait at the door until it is done.
+  bool trimming = false;
+  std::size_t submitting = 0;  // threads inside submit()
+  std::condition_variable trim_over;
   std::size_t threads_created = 0;
   std::size_t threads_live = 0;
 
@@ -606,9 +613,10 @@ void StreamIo::Core::worker() noexcept {
           }
         } else if (free_slots.empty() || running > 0 || !retiring.empty()) {
           work.wait(lock);
-        } else if (work.wait_for(lock, kTrimIdleAfter) == std::cv_status::timeout &&
-                   queue.empty() && !stop && running == 0) {
-          // Nothing ran for a while: give the idle staging back.
+        } else if (work.wait_for(lock, limits.idle_trim) == std::cv_status::timeout &&
+                   queue.empty() && !stop && running == 0 && retiring.empty() && submitting == 0) {
+          // Nothing ran for a while: give the idle staging back (see trimming).
+          trimming = true;
           std::vector<PinnedBuffer> buffers;
           while (!free_slots.empty()) {
             std::unique_ptr<StagingSlot> slot = std::move(free_slots.back());
@@ -619,6 +627,8 @@ void StreamIo::Core::worker() noexcept {
           lock.unlock();
           buffers.clear();  // cuMemFreeHost, outside the lock
           lock.lock();
+          trimming = false;
+          trim_over.notify_all();
         }
       }
       --idle;
@@ -911,6 +921,19 @@ std::vector<std::unique_ptr<StagingSlot>> StreamIo::Core::take_slots(std::size_t
         ++it;
       }
     }
+    // Short of room for new ones: larger idle slots serve as well (a chunk
+    // fills the front of its slot), and freeing would wait for every
+    // stream of the device, this op's earlier ones included.
+    for (auto it = free_slots.begin();
+         it != free_slots.end() && held + (k - taken.size()) * size > budget;) {
+      if ((*it)->buffer.size() > size) {
+        free_bytes -= (*it)->buffer.size();
+        taken.push_back(std::move(*it));
+        it = free_slots.erase(it);
+      } else {
+        ++it;
+      }
+    }
     fresh = k - taken.size();
     while (held + fresh * size > budget && !free_slots.empty()) {
       std::unique_ptr<StagingSlot> slot = std::move(free_slots.back());
@@ -1147,6 +1170,28 @@ bool StreamIo::Core::enqueue_staged(const std::shared_ptr<Core> &self,
 
 void StreamIo::Core::submit(const std::shared_ptr<Core> &self, StreamRequest request,
                             CUstream_st *stream) {
+  {
+    std::unique_lock lock(mutex);
+    trim_over.wait(lock, [this] { return !trimming; });
+    ++submitting;
+  }
+  struct Leave {
+    explicit Leave(Core &c) noexcept : core(c) {}
+    Core &core;
+    Leave(const Leave &) = delete;
+    Leave &operator=(const Leave &) = delete;
+    Leave(Leave &&) = delete;
+    Leave &operator=(Leave &&) = delete;
+    ~Leave() {
+      const std::lock_guard lock(core.mutex);
+      --core.submitting;
+    }
+  } const leave(*this);
+  submit_inside(self, std::move(request), stream);
+}
+
+void StreamIo::Core::submit_inside(const std::shared_ptr<Core> &self, StreamRequest request,
+                                   CUstream_st *stream) {
   const cuda::Driver &d = *cuda::driver();
   // The legacy default stream (null) means the current context's: make
   // the device's primary context current for the lookup.

@@ -25,6 +25,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -58,6 +59,8 @@ struct StreamLimits {
   std::size_t direct_chunk = std::size_t{16} << 20;
   /// Staging slots one op cycles through: chunks of one I/O in flight.
   std::size_t depth = 4;
+  /// Idle staging is given back after this long without an op in flight.
+  std::chrono::milliseconds idle_trim{2000};
 };
 
 /// Counters for tests and diagnostics.

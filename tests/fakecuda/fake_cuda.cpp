@@ -115,6 +115,10 @@ struct StreamState {
     std::unique_lock lock(mutex);
     changed.wait(lock, [&] { return completed >= target; });
   }
+  bool wait_until(std::uint64_t target, std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock lock(mutex);
+    return changed.wait_until(lock, deadline, [&] { return completed >= target; });
+  }
   void run();
 
   CUctx_st *context;
@@ -151,6 +155,8 @@ struct Globals {
   std::map<std::uintptr_t, HostAlloc> host_allocs;
   std::map<std::size_t, std::vector<void *>> freed;  // reserved addresses by size
   long streams = 0;
+  std::vector<std::weak_ptr<StreamState>> live_streams;  // cuStreamCreate's, for device-wide waits
+  long sync_gave_up = 0;
   long events = 0;
   unsigned long long next_buffer_id = 1;  // NOLINT(google-runtime-int): never reused, as CUDA's
   std::atomic<long> copies{0};
@@ -224,6 +230,38 @@ StreamState &stream_of(CUstream_st *stream) {
     return default_stream();
   }
   return *stream->state;
+}
+
+// cuMemFreeHost, as cudaFreeHost, is an implicit synchronisation: it
+// returns once the work already in every stream is done.  On a GPU a free
+// on a thread that a stream is waiting for never returns; here the wait
+// gives up after kSyncGiveUp and is counted (sync_gave_up), so that a test
+// fails instead of hanging.
+constexpr auto kSyncGiveUp = std::chrono::seconds(20);
+
+void wait_for_every_stream() {
+  Globals &g = globals();
+  std::vector<std::shared_ptr<StreamState>> streams;
+  {
+    const std::lock_guard lock(g.mutex);
+    for (const auto &w : g.live_streams) {
+      if (auto s = w.lock()) {
+        streams.push_back(std::move(s));
+      }
+    }
+  }
+  std::vector<std::pair<StreamState *, std::uint64_t>> marks;
+  marks.emplace_back(&default_stream(), default_stream().mark());
+  for (const auto &s : streams) {
+    marks.emplace_back(s.get(), s->mark());
+  }
+  const auto deadline = std::chrono::steady_clock::now() + kSyncGiveUp;
+  for (const auto &[stream, target] : marks) {
+    if (!stream->wait_until(target, deadline)) {
+      const std::lock_guard lock(g.mutex);
+      ++g.sync_gave_up;
+    }
+  }
 }
 
 CUresult injected(const char *call) {
@@ -621,6 +659,10 @@ CUresult cuMemHostAlloc(void **pointer, std::size_t size, unsigned /*flags*/) {
 
 CUresult cuMemFreeHost(void *pointer) {
   Globals &g = globals();
+  if (const CUresult r = injected("cuMemFreeHost"); r != kSuccess) {
+    return r;
+  }
+  wait_for_every_stream();
   {
     const std::lock_guard lock(g.mutex);
     auto it = g.host_allocs.find(reinterpret_cast<std::uintptr_t>(pointer));
@@ -698,6 +740,8 @@ CUresult cuStreamCreate(CUstream_st **stream, unsigned /*flags*/) {
   Globals &g = globals();
   const std::lock_guard lock(g.mutex);
   ++g.streams;
+  std::erase_if(g.live_streams, [](const auto &w) { return w.expired(); });
+  g.live_streams.push_back(made->state);
   *stream = made;
   return kSuccess;
 }
@@ -957,6 +1001,7 @@ void phx_fake_cuda_get_counts(struct phx_fake_cuda_counts *out) {
   Globals &g = globals();
   const std::lock_guard lock(g.mutex);
   out->streams = g.streams;
+  out->sync_gave_up = g.sync_gave_up;
   out->events = g.events;
   out->device_allocs = static_cast<long>(g.device_allocs.size());
   out->host_allocs = static_cast<long>(g.host_allocs.size());

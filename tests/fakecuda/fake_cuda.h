@@ -13,6 +13,8 @@
  *  - every stream is a worker thread that runs its operations in order,
  *    asynchronously from the caller (optionally slowed down), so a missing
  *    wait on an event or stream shows up as wrong bytes;
+ *  - cuMemFreeHost waits for the work in every stream first, as CUDA's
+ *    implicit synchronisation does;
  *  - calls that need a current context fail with CUDA_ERROR_INVALID_CONTEXT
  *    without one, and every handle is counted so tests can check for leaks.
  *
@@ -41,6 +43,8 @@ struct phx_fake_cuda_counts {
   long copies;          /* asynchronous copies run so far */
   long copy_batches;    /* cuMemcpyBatchAsync calls accepted so far */
   long host_registered; /* those of host_allocs that cuMemHostRegister made */
+  long sync_gave_up;    /* implicit synchronisations (cuMemFreeHost) that waited 20 s
+                           for a stream and gave up: on a GPU, a hang */
 };
 void phx_fake_cuda_get_counts(struct phx_fake_cuda_counts *out);
 

@@ -725,5 +725,72 @@ TEST_F(StreamIoTest, AReadBehindAWriteThatGrowsTheFileReadsItAll) {
       << "past the file's end the read copied something else than zeros";
 }
 
+// Idle staging goes back through cuMemFreeHost, which waits for the work in
+// every stream (the fake does as CUDA does).  A read submitted while an
+// idle worker was freeing used to be queued for that same worker, the only
+// one, while its stream waited for the flag only that worker sets: on a GPU
+// neither ever returned (LMCache's retrievals after a pause of two seconds).
+// The fake gives the free's wait up after 20 s and counts it.
+TEST_F(StreamIoTest, GivingIdleStagingBackDoesNotStallANewRead) {
+  constexpr std::size_t kSize = 256 * kKiB;
+  const detail::StreamLimits limits{.workers = 1, .idle_trim = std::chrono::milliseconds(50)};
+  write_pattern_file(dir_ / "in", 2 * kSize, kSeed);
+  CompatTarget t(dir_ / "in", 2 * kSize);
+  const FakeStream stream;
+  detail::StreamIo io(t.device->id(), limits);
+  ssize_t first = -7;
+  io.submit(request(detail::Direction::read, t.in.get(), t.device, t.mapping, 0, kSize, 0, &first),
+            stream.get());
+  stream.synchronize();
+  ASSERT_EQ(first, static_cast<ssize_t>(kSize));
+  ASSERT_TRUE(eventually([&] { return io.stats().staging_held > 0; }));
+  // The idle worker's free first sleeps 300 ms: the next read is submitted
+  // while the free is under way.
+  const long gave_up_before = fake_counts().sync_gave_up;
+  phx_fake_cuda_fail_call_after("cuMemFreeHost", 1, 0, 300000);
+  ASSERT_TRUE(eventually([&] { return io.stats().staging_held == 0; }));
+  ssize_t second = -7;
+  io.submit(request(detail::Direction::read, t.in.get(), t.device, t.mapping, kSize, kSize, kSize,
+                    &second),
+            stream.get());
+  stream.synchronize();
+  EXPECT_EQ(fake_counts().sync_gave_up, gave_up_before)
+      << "the free waited for a stream that waited for the freeing worker";
+  EXPECT_EQ(second, static_cast<ssize_t>(kSize));
+  const auto seen = t.mem.download();
+  const auto found = find_mismatch(seen, kSeed, 0);
+  EXPECT_FALSE(found.has_value()) << "byte " << *found;
+}
+
+// A small read that finds the budget full of idle larger slots uses one of
+// them: freeing one (cuMemFreeHost) would wait for every stream of the
+// device.  Before, it freed a 1 MiB slot to make a 64 KiB one.
+TEST_F(StreamIoTest, ASmallReadUsesAnIdleLargerSlotRatherThanFreeOne) {
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  const detail::StreamLimits limits{
+      .staging_bytes = 2 * kMiB, .chunk = kMiB, .direct_chunk = kMiB, .depth = 2};
+  write_pattern_file(dir_ / "in", 2 * kMiB, kSeed);
+  CompatTarget t(dir_ / "in", 2 * kMiB);
+  const FakeStream stream;
+  detail::StreamIo io(t.device->id(), limits);
+  ssize_t big = -7;
+  io.submit(request(detail::Direction::read, t.in.get(), t.device, t.mapping, 0, 2 * kMiB, 0, &big),
+            stream.get());
+  stream.synchronize();
+  ASSERT_EQ(big, static_cast<ssize_t>(2 * kMiB));
+  ASSERT_TRUE(eventually([&] { return io.stats().staging_held == 2 * kMiB; }));
+  t.mem.fill(std::byte{0});
+  ssize_t small = -7;
+  io.submit(
+      request(detail::Direction::read, t.in.get(), t.device, t.mapping, 4097, 1000, 4097, &small),
+      stream.get());
+  stream.synchronize();
+  EXPECT_EQ(small, 1000);
+  EXPECT_EQ(io.stats().staging_held, 2 * kMiB) << "a 1 MiB slot was freed for a small one";
+  const auto seen = t.mem.download();
+  const auto found = find_mismatch({seen.data() + 4097, 1000}, kSeed, 4097);
+  EXPECT_FALSE(found.has_value()) << "byte " << *found;
+}
+
 }  // namespace
 }  // namespace phx::test
