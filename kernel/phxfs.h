@@ -98,6 +98,12 @@ struct phxfs_dev {
 	 * GET_INFO says PHXFS_INFO_PIN_REFUSED until one succeeds.
 	 */
 	bool pins_refused;
+	/*
+	 * NVIDIA legacy: until this time (jiffies) a free callback on this
+	 * device does not wait for held pages; set when one gave up waiting
+	 * (phxfs_nvidia.c).  Per device, whichever process frees.
+	 */
+	unsigned long revoke_spent_until;
 };
 
 struct phxfs_file {
@@ -154,6 +160,11 @@ struct phxfs_reg {
 	/* Revoked with pages still referenced: live until unclaim has run. */
 	bool quarantined;
 	/*
+	 * A teardown's bounded wait found a page still referenced: a
+	 * revocation does not wait for it a second time (READ_ONCE).
+	 */
+	bool held;
+	/*
 	 * The process that made the registration (mmgrab'd, compared only):
 	 * only it may map or deregister it, not a child sharing the file.
 	 */
@@ -184,9 +195,6 @@ void phxfs_reg_module_exit(void);
 
 /* phxfs_file.c */
 extern const struct file_operations phxfs_fops;
-
-/* phxfs_nvidia.c */
-void phxfs_nv_module_exit(void);
 
 /* phxfs_main.c */
 struct phxfs_dev *phxfs_dev_get(unsigned int index);

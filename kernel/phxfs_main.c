@@ -287,6 +287,7 @@ static int phxfs_dev_create(struct phxfs_candidate *cand, unsigned int index)
 	mutex_init(&dev->claim_lock);
 	init_waitqueue_head(&dev->claim_wq);
 	atomic64_set(&dev->next_pgoff, 1);
+	dev->revoke_spent_until = jiffies;
 
 	/* Memory decoding must be on for the NVMe's DMA to reach the BAR. */
 	ret = pci_enable_device_mem(dev->pdev);
@@ -405,7 +406,6 @@ static void __exit phxfs_exit(void)
 {
 	/* First: a deferred teardown may still be returning from its work. */
 	phxfs_reg_module_exit();
-	phxfs_nv_module_exit();
 	cdev_del(&phxfs_cdev);
 	phxfs_destroy_all();
 	class_destroy(phxfs_class);

@@ -80,38 +80,31 @@ MODULE_PARM_DESC(revoke_wait_ms,
 /*
  * The driver calls the free callbacks of one allocation one after the
  * other (cudaFree, or a process's exit), and user space can hold pages of
- * thousands of registrations of it: revoke_wait_ms is the budget of such a
- * run, not of each callback.  Once a callback gave up waiting, later ones
- * in the same thread group wait no more for revoke_wait_ms; other
- * processes' callbacks still wait for their DMA in flight.
+ * thousands of registrations: revoke_wait_ms is the budget of the device,
+ * not of each callback nor of each process.  Once a callback on a device
+ * gave up waiting, callbacks on that device wait no more for the next
+ * revoke_wait_ms, whichever process frees: two processes taking turns
+ * cannot make each callback wait in full.  A registration whose pages a
+ * wait already found held is not waited for again.  The pages not waited
+ * for stay claimed until idle either way.
  */
-static DEFINE_SPINLOCK(phxfs_nv_gave_up_lock);
-static struct pid *phxfs_nv_gave_up_by;
-static unsigned long phxfs_nv_gave_up_at;
-
-static unsigned long phxfs_nv_revoke_wait(void)
+static unsigned long phxfs_nv_revoke_wait(struct phxfs_reg *reg)
 {
 	unsigned long wait = max(1UL, msecs_to_jiffies(READ_ONCE(revoke_wait_ms)));
-	bool spent;
 
-	spin_lock(&phxfs_nv_gave_up_lock);
-	spent = phxfs_nv_gave_up_by == task_tgid(current) &&
-		time_before(jiffies, phxfs_nv_gave_up_at + wait);
-	spin_unlock(&phxfs_nv_gave_up_lock);
-	return spent ? PHXFS_NO_WAIT : wait;
+	if (READ_ONCE(reg->held) || reg->quarantined ||
+	    time_before(jiffies, READ_ONCE(reg->dev->revoke_spent_until)))
+		return PHXFS_NO_WAIT;
+	return wait;
 }
 
-/* A callback of this thread group stopped waiting for held pages. */
-static void phxfs_nv_gave_up(void)
+/* A callback on @reg's device waited @waited and stopped with pages held. */
+static void phxfs_nv_gave_up(struct phxfs_reg *reg, unsigned long waited)
 {
-	struct pid *old;
+	unsigned long wait = max(1UL, msecs_to_jiffies(READ_ONCE(revoke_wait_ms)));
 
-	spin_lock(&phxfs_nv_gave_up_lock);
-	old = phxfs_nv_gave_up_by;
-	phxfs_nv_gave_up_by = get_pid(task_tgid(current));
-	phxfs_nv_gave_up_at = jiffies;
-	spin_unlock(&phxfs_nv_gave_up_lock);
-	put_pid(old);
+	if (waited != PHXFS_NO_WAIT)
+		WRITE_ONCE(reg->dev->revoke_spent_until, jiffies + wait);
 }
 
 enum phxfs_nv_api { PHXFS_NV_AUTO, PHXFS_NV_PERSISTENT, PHXFS_NV_LEGACY };
@@ -222,11 +215,12 @@ static void phxfs_nv_free_table(struct nvidia_p2p_page_table *table)
 static void phxfs_nv_free_lost(struct phxfs_reg *reg,
 			       struct phxfs_nv_pin *pin)
 {
+	unsigned long wait = phxfs_nv_revoke_wait(reg);
 	struct nvidia_p2p_page_table *table;
 	bool parked;
 
-	if (phxfs_reg_revoke_lost(reg, phxfs_nv_revoke_wait()))
-		phxfs_nv_gave_up();
+	if (phxfs_reg_revoke_lost(reg, wait))
+		phxfs_nv_gave_up(reg, wait);
 	spin_lock(&pin->lock);
 	table = pin->table;
 	pin->freed_by_callback = true;
@@ -246,13 +240,14 @@ static void phxfs_nv_free_callback(void *data)
 {
 	struct phxfs_reg *reg = data;
 	struct phxfs_nv_pin *pin = reg->pin;
+	unsigned long wait = phxfs_nv_revoke_wait(reg);
 
-	if (!phxfs_reg_revoke_begin(reg, phxfs_nv_revoke_wait())) {
+	if (!phxfs_reg_revoke_begin(reg, wait)) {
 		phxfs_nv_free_lost(reg, pin);
 		return;
 	}
 	if (reg->quarantined)
-		phxfs_nv_gave_up();
+		phxfs_nv_gave_up(reg, wait);
 	phxfs_nv_free_table(pin->table);
 	reg->pin = NULL;
 	phxfs_nv_pin_free(pin);
@@ -475,16 +470,6 @@ static void phxfs_nv_unpin(struct phxfs_reg *reg)
 	}
 	reg->pin = NULL;
 	phxfs_nv_pin_free(pin);
-}
-
-/**
- * phxfs_nv_module_exit() - drop what the provider keeps across
- * registrations, at unload.
- */
-void phxfs_nv_module_exit(void)
-{
-	put_pid(phxfs_nv_gave_up_by);
-	phxfs_nv_gave_up_by = NULL;
 }
 
 const struct phxfs_provider phxfs_nvidia_provider = {

@@ -489,6 +489,8 @@ void phxfs_reg_abandon(struct phxfs_file *pf, struct phxfs_reg *reg)
  */
 void phxfs_reg_teardown(struct phxfs_reg *reg, unsigned long wait)
 {
+	int ret;
+
 	if (atomic_cmpxchg(&reg->state, PHXFS_REG_PINNED,
 			   PHXFS_REG_RELEASING) != PHXFS_REG_PINNED) {
 		/* The provider is revoking it (or has): let it finish first. */
@@ -497,7 +499,10 @@ void phxfs_reg_teardown(struct phxfs_reg *reg, unsigned long wait)
 		return;
 	}
 	phxfs_reg_zap(reg);
-	if (phxfs_reg_wait_pages(reg, &reg->idle_upto, true, wait)) {
+	ret = phxfs_reg_wait_pages(reg, &reg->idle_upto, true, wait);
+	if (ret) {
+		if (ret == -ETIMEDOUT)
+			WRITE_ONCE(reg->held, true);
 		__module_get(THIS_MODULE);
 		queue_delayed_work(phxfs_wq, &reg->finish, PHXFS_IDLE_POLL_MAX);
 		return;

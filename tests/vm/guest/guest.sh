@@ -72,6 +72,55 @@ cufile/*)
 	;;
 esac
 
+# The NVIDIA provider over the emulation (nvemu): load order, then the
+# suite per pinning API.
+nvidia_suite() {
+	# phxfs first, NVIDIA driver later: must report and then pick it up.
+	if insmod $here/phxfs.ko "nvidia=$bdf0@2" "pcibar=$bdf1@2"; then
+		$vmtest nvidia missing || failed=1
+		if insmod $here/nvemu.ko "bdf=$bdf0" offset=134217728; then
+			$vmtest nvidia appeared || failed=1
+		else
+			result nvidia/load_nvemu fail "insmod nvemu"
+		fi
+		check module/rmmod_nvidia_phxfs "unload phxfs (nvidia)" rmmod phxfs
+	else
+		result nvidia/load fail "insmod phxfs nvidia=$bdf0@2"
+	fi
+
+	# phxfs over the emulation with the module parameters after $1, the suite
+	# in mode $1, then unloaded.
+	nvidia_mode() {
+		nv_mode=$1
+		shift
+		if insmod $here/phxfs.ko "nvidia=$bdf0@2" "pcibar=$bdf1@2" "$@"; then
+			$vmtest nvidia $nv_mode || failed=1
+			rmmod phxfs || result module/rmmod_$nv_mode fail "rmmod phxfs"
+		else
+			result nvidia/load_$nv_mode fail "insmod $*"
+		fi
+	}
+
+	if [ -c /dev/nvemu ]; then
+		nvidia_mode persistent
+		nvidia_mode legacy nv_api=legacy
+		# A GPU shared as MIG or vGPU refuses persistent pins: REGISTER must
+		# refuse too, and take legacy pins only when nv_api=legacy says so.
+		echo 1 >/sys/module/nvemu/parameters/refuse_persistent
+		nvidia_mode refused
+		nvidia_mode refused_legacy nv_api=legacy
+		echo 0 >/sys/module/nvemu/parameters/refuse_persistent
+		check module/rmmod_nvemu "unload the emulation (it reports leaked pins)" rmmod nvemu
+	fi
+}
+# --only 'nvidia/*' (vm/run): the NVIDIA provider's groups alone.
+case "${PHX_ONLY:-}" in
+nvidia/*)
+	nvidia_suite
+	exit $failed
+	;;
+esac
+
 # --- module lifecycle -------------------------------------------------------
 meminfo_kb() {
 	# meminfo_kb FIELD: after dropping caches, so only real allocations count
@@ -180,43 +229,7 @@ else
 fi
 
 # --- NVIDIA provider over the emulation --------------------------------------
-# phxfs first, NVIDIA driver later: must report and then pick it up.
-if insmod $here/phxfs.ko "nvidia=$bdf0@2" "pcibar=$bdf1@2"; then
-	$vmtest nvidia missing || failed=1
-	if insmod $here/nvemu.ko "bdf=$bdf0" offset=134217728; then
-		$vmtest nvidia appeared || failed=1
-	else
-		result nvidia/load_nvemu fail "insmod nvemu"
-	fi
-	check module/rmmod_nvidia_phxfs "unload phxfs (nvidia)" rmmod phxfs
-else
-	result nvidia/load fail "insmod phxfs nvidia=$bdf0@2"
-fi
-
-# phxfs over the emulation with the module parameters after $1, the suite
-# in mode $1, then unloaded.
-nvidia_mode() {
-	nv_mode=$1
-	shift
-	if insmod $here/phxfs.ko "nvidia=$bdf0@2" "pcibar=$bdf1@2" "$@"; then
-		$vmtest nvidia $nv_mode || failed=1
-		rmmod phxfs || result module/rmmod_$nv_mode fail "rmmod phxfs"
-	else
-		result nvidia/load_$nv_mode fail "insmod $*"
-	fi
-}
-
-if [ -c /dev/nvemu ]; then
-	nvidia_mode persistent
-	nvidia_mode legacy nv_api=legacy
-	# A GPU shared as MIG or vGPU refuses persistent pins: REGISTER must
-	# refuse too, and take legacy pins only when nv_api=legacy says so.
-	echo 1 >/sys/module/nvemu/parameters/refuse_persistent
-	nvidia_mode refused
-	nvidia_mode refused_legacy nv_api=legacy
-	echo 0 >/sys/module/nvemu/parameters/refuse_persistent
-	check module/rmmod_nvemu "unload the emulation (it reports leaked pins)" rmmod nvemu
-fi
+nvidia_suite
 
 # --- libphoenix against the real module --------------------------------------
 if [ -x $here/phx-direct-test ]; then

@@ -699,6 +699,208 @@ static int t_legacy_free_vs_many_held(char *detail, size_t len) {
   return 0;
 }
 
+/* Until the device's give-up window of an earlier test (revoke_wait_ms 1000 at most) is over. */
+static void after_give_up_windows(void) {
+  usleep(1200 * 1000);
+}
+
+/* Waits up to 10 s for nvemu to hold no more pins than @before did. */
+static int wait_pins_back(const struct nvemu_stats *before, struct nvemu_stats *after) {
+  for (int i = 0; i < 100; i++) {
+    if (emu_stats(after))
+      return -1;
+    if (after->pins_live == before->pins_live)
+      return 0;
+    usleep(100000);
+  }
+  return 0;
+}
+
+/*
+ * Waits out earlier tests' give-up windows, opens dev0 into *@fd and
+ * registers @p, a page held by a pipe (register_held_by_pipe).  Returns 0;
+ * 1 on a kernel where vmsplice cannot hold P2PDMA pages (@detail says so,
+ * nothing left open); -1 on failure.
+ */
+static int open_and_hold(int *fd, struct nvemu_stats *before, struct piped *p, unsigned char fill,
+                         char *detail, size_t len) {
+  int held;
+
+  after_give_up_windows();
+  *fd = phx_open_dev(0);
+  EXPECT(*fd >= 0 && !emu_stats(before), "setup");
+  held = register_held_by_pipe(*fd, 64 * KiB, fill, p, detail, len);
+  if (held) {
+    close(*fd);
+    if (held > 0)
+      snprintf(detail, len,
+               "vmsplice cannot hold P2PDMA pages on this kernel (EREMOTEIO): "
+               "user space has no such hold on the free callbacks");
+  }
+  return held;
+}
+
+/*
+ * The child of t_legacy_free_turns: its own registrations, each with a page
+ * held by a pipe; frees one allocation per byte on @go, answers on @back.
+ * Exit status: 0, or where it failed.
+ */
+#define TURNS 3
+static void free_turns_child(int go, int back) {
+  const uint64_t size = 64 * KiB;
+  struct piped p[TURNS];
+  char detail[256], c;
+  int fd, i;
+
+  emu = open("/dev/nvemu", O_RDWR);
+  fd = phx_open_dev(0);
+  if (emu < 0 || fd < 0)
+    _exit(10);
+  for (i = 0; i < TURNS; i++)
+    if (register_held_by_pipe(fd, size, (unsigned char)(0x40 + i), &p[i], detail, sizeof(detail)))
+      _exit(11);
+  if (write(back, "r", 1) != 1)
+    _exit(12);
+  for (i = 0; i < TURNS; i++) {
+    if (read(go, &c, 1) != 1 || emu_free(p[i].a.va) || write(back, "f", 1) != 1)
+      _exit(13);
+  }
+  for (i = 0; i < TURNS; i++) {
+    close(p[i].fds[0]);
+    close(p[i].fds[1]);
+    if (phx_deregister(fd, p[i].r.handle) || munmap(p[i].map, size))
+      _exit(14);
+  }
+  close(fd);
+  _exit(0);
+}
+
+/*
+ * Two processes take turns to free allocations whose pages user space
+ * holds.  revoke_wait_ms is the device's budget: once one callback gave up
+ * waiting, the next ones wait no more, whichever process frees.  With one
+ * give-up slot per process each free waited its whole revoke_wait_ms, one
+ * after the other (issue 37, finding 2).
+ */
+static int t_legacy_free_turns(char *detail, size_t len) {
+  const uint64_t size = 64 * KiB;
+  struct nvemu_stats before, after;
+  struct phxfs_info info;
+  struct piped p[TURNS];
+  int fd, go[2], back[2], tuned, held, status = -1, i, freed = 0;
+  double start, took;
+  pid_t child;
+  char c;
+
+  held = open_and_hold(&fd, &before, &p[0], 0x3c, detail, len);
+  if (held)
+    return held;
+  for (i = 1; i < TURNS; i++)
+    EXPECT(!register_held_by_pipe(fd, size, (unsigned char)(0x3c + i), &p[i], detail, len),
+           "register %d", i);
+  EXPECT(!pipe(go) && !pipe(back), "pipes");
+  child = fork();
+  EXPECT(child >= 0, "fork: %s", strerror(errno));
+  if (!child) {
+    close(go[1]);
+    close(back[0]);
+    free_turns_child(go[0], back[1]);
+  }
+  close(go[0]);
+  close(back[1]);
+  tuned = set_revoke_wait_ms(1000);
+  start = now_s();
+  if (read(back[0], &c, 1) == 1) {
+    start = now_s();
+    for (i = 0; i < TURNS; i++) {
+      if (emu_free(p[i].a.va))
+        break;
+      freed++;
+      if (write(go[1], "g", 1) != 1 || read(back[0], &c, 1) != 1)
+        break;
+    }
+  }
+  took = now_s() - start;
+  close(go[1]);
+  close(back[0]);
+  waitpid(child, &status, 0);
+  set_revoke_wait_ms(5000);
+  for (i = 0; i < TURNS; i++) {
+    close(p[i].fds[0]);
+    close(p[i].fds[1]);
+  }
+  EXPECT(!tuned, "set revoke_wait_ms: %s", strerror(-tuned));
+  EXPECT(WIFEXITED(status) && !WEXITSTATUS(status), "child: status %#x", status);
+  EXPECT(freed == TURNS, "cudaFree %d failed", freed);
+  for (i = 0; i < TURNS; i++)
+    EXPECT(!phx_deregister(fd, p[i].r.handle) && !munmap(p[i].map, size), "teardown %d", i);
+  EXPECT(!wait_no_regs_live(fd, &info) && !info.regs_live, "regs_live %llu",
+         (unsigned long long)info.regs_live);
+  EXPECT(!wait_pins_back(&before, &after) && after.pins_live == before.pins_live &&
+             after.callbacks == before.callbacks + 2 * TURNS,
+         "pins %llu callbacks %llu", (unsigned long long)after.pins_live,
+         (unsigned long long)(after.callbacks - before.callbacks));
+  close(fd);
+  /* Last, so that a failure leaves nothing behind for the next test. */
+  EXPECT(took < 3.0,
+         "%d frees taking turns between two processes took %.2f s (revoke_wait_ms 1000): each "
+         "waited in full for pages a pipe held",
+         2 * TURNS, took);
+  snprintf(detail, len,
+           "%d cudaFrees taking turns between two processes, a page of each held by a pipe, "
+           "took %.2f s (revoke_wait_ms 1000); nothing left",
+           2 * TURNS, took);
+  return 0;
+}
+
+/*
+ * The last close gave up waiting for a page a pipe holds and left the
+ * teardown to a work item; cudaFree's callback then finds that teardown
+ * under way.  The page is known held: the callback must not wait for it a
+ * second time (issue 37, finding 2).
+ */
+static int t_legacy_free_known_held(char *detail, size_t len) {
+  const uint64_t size = 64 * KiB;
+  struct nvemu_stats before, after;
+  struct phxfs_info info;
+  struct piped p;
+  double start, took;
+  int fd, probe, tuned, held, ret;
+
+  held = open_and_hold(&fd, &before, &p, 0x6b, detail, len);
+  if (held)
+    return held;
+  EXPECT(!munmap(p.map, size), "munmap");
+  close(fd); /* waits 250 ms for the held page, then leaves it to a work item */
+  tuned = set_revoke_wait_ms(1000);
+  start = now_s();
+  ret = emu_free(p.a.va);
+  took = now_s() - start;
+  close(p.fds[0]);
+  close(p.fds[1]);
+  set_revoke_wait_ms(5000);
+  EXPECT(!tuned, "set revoke_wait_ms: %s", strerror(-tuned));
+  EXPECT(!ret, "cudaFree: %s", strerror(-ret));
+  probe = phx_open_dev(0);
+  EXPECT(probe >= 0, "open dev0");
+  EXPECT(!wait_no_regs_live(probe, &info) && !info.regs_live, "regs_live %llu",
+         (unsigned long long)info.regs_live);
+  close(probe);
+  EXPECT(!wait_pins_back(&before, &after) && after.pins_live == before.pins_live &&
+             after.callbacks == before.callbacks + 1,
+         "pins %llu callbacks %llu", (unsigned long long)after.pins_live,
+         (unsigned long long)(after.callbacks - before.callbacks));
+  EXPECT(took < 0.5,
+         "cudaFree took %.2f s (revoke_wait_ms 1000): its callback waited again for a page the "
+         "teardown had found held",
+         took);
+  snprintf(detail, len,
+           "cudaFree after the last close left a held page's teardown to a work item: %.2f s, "
+           "no second wait; nothing left once the pipe closed",
+           took);
+  return 0;
+}
+
 static long module_refcount(void) {
   FILE *f = fopen("/sys/module/phxfs/refcnt", "r");
   long n = -1;
@@ -889,6 +1091,8 @@ int vmtest_nvidia(const char *mode) {
     vm_run("nvidia/legacy_free_after_node_gone", t_legacy_free_after_node_gone);
     vm_run("nvidia/legacy_release_outside_owner", t_legacy_release_outside_owner);
     vm_run("nvidia/legacy_free_vs_many_held", t_legacy_free_vs_many_held);
+    vm_run("nvidia/legacy_free_turns_between_processes", t_legacy_free_turns);
+    vm_run("nvidia/legacy_free_known_held", t_legacy_free_known_held);
   } else {
     vm_run("nvidia/info", t_info);
     vm_run("nvidia/read_scattered_pages", t_read_scattered);
