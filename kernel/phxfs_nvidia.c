@@ -356,6 +356,8 @@ static int phxfs_nv_check_table(struct phxfs_reg *reg,
 			}
 			reg->pages[(unsigned long)e * per_gpu_page + j] = page;
 		}
+		if (!(e & 63))
+			cond_resched();
 	}
 	return 0;
 }

@@ -16,6 +16,7 @@
 #include <linux/capability.h>
 #include <linux/mm.h>
 #include <linux/module.h>
+#include <linux/sched.h>
 
 #include "phxfs.h"
 
@@ -56,6 +57,8 @@ static int phxfs_pcibar_pin(struct phxfs_reg *reg)
 						       ((u64)i << PAGE_SHIFT));
 		if (!reg->pages[i])
 			return -ERANGE;
+		if (!(i & 1023))
+			cond_resched();
 	}
 	return 0;
 }

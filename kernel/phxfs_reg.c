@@ -75,6 +75,32 @@ void phxfs_reg_put(struct phxfs_reg *reg)
 #define PHXFS_CLAIM_WAIT (HZ)
 
 /*
+ * Pages walked under claim_lock at a time (2 MiB with 4 KiB pages).  The
+ * lock is dropped and the CPU offered between batches: a registration of
+ * a whole large GPU (37 million pages for 141 GiB) neither holds every
+ * other claim and release of the device (a free callback's among them)
+ * for its whole walk, nor the CPU long enough for a soft lockup.
+ */
+#define PHXFS_CLAIM_BATCH 512UL
+
+/* Releases @reg's claim on pages [0, @end), a batch under the lock at a time. */
+static void phxfs_reg_unclaim_upto(struct phxfs_reg *reg, unsigned long end)
+{
+	struct phxfs_dev *dev = reg->dev;
+	unsigned long i = 0, stop;
+
+	while (i < end) {
+		stop = min(end, i + PHXFS_CLAIM_BATCH);
+		mutex_lock(&dev->claim_lock);
+		for (; i < stop; i++)
+			if (reg->pages[i]->zone_device_data == reg)
+				reg->pages[i]->zone_device_data = NULL;
+		mutex_unlock(&dev->claim_lock);
+		cond_resched();
+	}
+}
+
+/*
  * Device pages belong to at most one registration at a time, so "idle" is
  * exact: zone_device_data (unused by the core for these pgmap types) names
  * the owner.
@@ -83,32 +109,43 @@ void phxfs_reg_put(struct phxfs_reg *reg)
  * @reg claiming nothing, or NULL with @reg claiming every page.  Sets
  * @dying when that owner's teardown has begun: it releases the claim on
  * its own, once its pages are idle.
+ *
+ * Claims in batches (PHXFS_CLAIM_BATCH): between two, another REGISTER of
+ * overlapping pages may see part of @reg's claim and fail with -EBUSY, as
+ * it would once @reg held them all.
  */
 static struct phxfs_reg *phxfs_reg_try_claim(struct phxfs_reg *reg,
 					     struct page **busy, bool *dying)
 {
 	struct phxfs_dev *dev = reg->dev;
 	struct phxfs_reg *owner = NULL;
-	unsigned long i;
+	unsigned long i = 0, stop;
 	int state;
 
-	mutex_lock(&dev->claim_lock);
-	for (i = 0; i < reg->npages; i++) {
-		owner = reg->pages[i]->zone_device_data;
-		if (owner)
-			break;
-		reg->pages[i]->zone_device_data = reg;
+	while (i < reg->npages && !owner) {
+		stop = min(reg->npages, i + PHXFS_CLAIM_BATCH);
+		mutex_lock(&dev->claim_lock);
+		for (; i < stop; i++) {
+			owner = reg->pages[i]->zone_device_data;
+			if (owner)
+				break;
+			reg->pages[i]->zone_device_data = reg;
+		}
+		if (owner) {
+			*busy = reg->pages[i];
+			/*
+			 * Alive: it cannot release this page's claim (and so
+			 * be freed) without claim_lock.
+			 */
+			state = atomic_read(&owner->state);
+			*dying = state == PHXFS_REG_RELEASING ||
+				 state == PHXFS_REG_REVOKING;
+		}
+		mutex_unlock(&dev->claim_lock);
+		cond_resched();
 	}
-	if (owner) {
-		*busy = reg->pages[i];
-		/* Alive: it cannot unclaim (and so be freed) without claim_lock. */
-		state = atomic_read(&owner->state);
-		*dying = state == PHXFS_REG_RELEASING ||
-			 state == PHXFS_REG_REVOKING;
-		while (i--)
-			reg->pages[i]->zone_device_data = NULL;
-	}
-	mutex_unlock(&dev->claim_lock);
+	if (owner)
+		phxfs_reg_unclaim_upto(reg, i);
 	return owner;
 }
 
@@ -141,15 +178,8 @@ static int phxfs_reg_claim(struct phxfs_reg *reg)
 
 static void phxfs_reg_unclaim(struct phxfs_reg *reg)
 {
-	struct phxfs_dev *dev = reg->dev;
-	unsigned long i;
-
-	mutex_lock(&dev->claim_lock);
-	for (i = 0; i < reg->npages; i++)
-		if (reg->pages[i]->zone_device_data == reg)
-			reg->pages[i]->zone_device_data = NULL;
-	mutex_unlock(&dev->claim_lock);
-	wake_up_all(&dev->claim_wq);
+	phxfs_reg_unclaim_upto(reg, reg->npages);
+	wake_up_all(&reg->dev->claim_wq);
 }
 
 static bool phxfs_page_idle(struct page *page)

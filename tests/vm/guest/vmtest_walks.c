@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * vmtest_walks.c - walks over every page of a large registration (issue
+ * 37, finding 6).  Registering most of the 8 GiB high BAR pins and claims
+ * two million pages, and deregistering releases them, in batches under
+ * the device's claim lock with the CPU offered between them.  Small
+ * REGISTER/DEREGISTERs run beside, taking the same lock (as a free
+ * callback's release does), and must all succeed; the soft-lockup
+ * detector watches at its shortest threshold meanwhile (the rig boots with
+ * softlockup_panic=1).  Their latencies are reported, not judged: on the
+ * rig a whole walk takes tens of milliseconds, within the emulator's
+ * scheduling noise, so no bound here could tell a walk that yields from
+ * one that does not.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "vmtest.h"
+#include "vmtest_pcibar.h"
+
+#define BIG_ROUNDS 4
+#define SMALL_LEN (64 * KiB)
+#define MAX_OPS 4096
+
+static double now_s(void) {
+  struct timespec ts;
+
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+struct big_walker {
+  int fd;
+  uint64_t len;
+  double shortest; /* the shortest REGISTER or DEREGISTER, s */
+  int err;
+  volatile int done;
+};
+
+static void *big_walks(void *arg) {
+  struct big_walker *w = arg;
+  struct phxfs_register r;
+  double start, mid, end;
+
+  w->shortest = 1e9;
+  for (int i = 0; i < BIG_ROUNDS && !w->err; i++) {
+    start = now_s();
+    if (phx_register(w->fd, 0, w->len, &r)) {
+      w->err = errno;
+      break;
+    }
+    mid = now_s();
+    if (phx_deregister(w->fd, r.handle))
+      w->err = errno;
+    end = now_s();
+    if (mid - start < w->shortest)
+      w->shortest = mid - start;
+    if (end - mid < w->shortest)
+      w->shortest = end - mid;
+  }
+  w->done = 1;
+  return NULL;
+}
+
+/* Sets /proc/sys/kernel/watchdog_thresh; returns the old value, or -1. */
+static int set_watchdog_thresh(int value) {
+  FILE *f = fopen("/proc/sys/kernel/watchdog_thresh", "r+");
+  int old = -1;
+
+  if (!f)
+    return -1;
+  if (fscanf(f, "%d", &old) != 1 || fseek(f, 0, SEEK_SET) || fprintf(f, "%d\n", value) < 0)
+    old = -1;
+  fclose(f);
+  return old;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+
+  return x < y ? -1 : x > y;
+}
+
+/* One 64 KiB register+deregister at the BAR's end; its seconds, or -1 (errno). */
+static double small_op(int fd, uint64_t bar_size) {
+  struct phxfs_register r;
+  double start = now_s();
+
+  if (phx_register(fd, bar_size - SMALL_LEN, SMALL_LEN, &r) || phx_deregister(fd, r.handle))
+    return -1;
+  return now_s() - start;
+}
+
+int t_claim_walks_yield(char *detail, size_t len) {
+  static double alone[MAX_OPS], beside[MAX_OPS];
+  struct big_walker w = {0};
+  struct phxfs_info info;
+  int small, thresh, n_alone = 0, n_beside = 0, err = 0;
+  double took;
+  pthread_t th;
+
+  w.fd = phx_open_dev(0);
+  small = phx_open_dev(0);
+  EXPECT(w.fd >= 0 && small >= 0 && !phx_get_info(w.fd, &info), "dev0: %s", strerror(errno));
+  EXPECT(info.bar_size >= 1024 * MiB, "BAR of %llu MiB: not the large one",
+         (unsigned long long)(info.bar_size / MiB));
+  /* All but the last 2 MiB, where the small registrations go. */
+  w.len = info.bar_size - 2 * MiB;
+  for (; n_alone < 64; n_alone++) {
+    took = small_op(small, info.bar_size);
+    EXPECT(took >= 0, "small register/deregister: %s", strerror(errno));
+    alone[n_alone] = took;
+    usleep(2000);
+  }
+  thresh = set_watchdog_thresh(1);
+  EXPECT(!pthread_create(&th, NULL, big_walks, &w), "thread");
+  while (!w.done && n_beside < MAX_OPS) {
+    took = small_op(small, info.bar_size);
+    if (took < 0) {
+      err = errno;
+      break;
+    }
+    beside[n_beside++] = took;
+    usleep(2000);
+  }
+  pthread_join(th, NULL);
+  if (thresh > 0)
+    set_watchdog_thresh(thresh);
+  close(small);
+  close(w.fd);
+  EXPECT(!err, "small register/deregister beside: %s", strerror(err));
+  EXPECT(!w.err, "register/deregister %llu MiB: %s", (unsigned long long)(w.len / MiB),
+         strerror(w.err));
+  EXPECT(n_beside >= 4, "only %d small registrations while the large ones ran", n_beside);
+  qsort(alone, (size_t)n_alone, sizeof(double), cmp_double);
+  qsort(beside, (size_t)n_beside, sizeof(double), cmp_double);
+  snprintf(detail, len,
+           "64 KiB register+deregister alone: median %.2f ms, worst %.2f; beside %d of %llu MiB "
+           "(each %.1f ms or more): %d, median %.2f ms, 90th %.2f, worst %.2f; watchdog_thresh %s",
+           alone[n_alone / 2] * 1e3, alone[n_alone - 1] * 1e3, BIG_ROUNDS,
+           (unsigned long long)(w.len / MiB), w.shortest * 1e3, n_beside,
+           beside[n_beside / 2] * 1e3, beside[n_beside * 9 / 10] * 1e3, beside[n_beside - 1] * 1e3,
+           thresh > 0 ? "1" : "unchanged");
+  return 0;
+}
