@@ -18,10 +18,12 @@
 #include <linux/cdev.h>
 #include <linux/completion.h>
 #include <linux/kref.h>
+#include <linux/list.h>
 #include <linux/memremap.h>
 #include <linux/mutex.h>
 #include <linux/path.h>
 #include <linux/pci.h>
+#include <linux/uidgid.h>
 #include <linux/wait.h>
 #include <linux/workqueue.h>
 #include <linux/xarray.h>
@@ -169,6 +171,11 @@ struct phxfs_reg {
 	 * only it may map or deregister it, not a child sharing the file.
 	 */
 	struct mm_struct *owner_mm;
+	/* For /proc/driver/phxfs and the caps per user (phxfs_users.c). */
+	struct list_head listed;
+	kuid_t owner_uid;
+	pid_t owner_pid;
+	bool charged;
 };
 
 /* phxfs_bar.c */
@@ -192,6 +199,16 @@ void phxfs_reg_put_later(struct phxfs_reg *reg);
 int phxfs_reg_mmap(struct phxfs_reg *reg, struct vm_area_struct *vma);
 int phxfs_reg_module_init(void);
 void phxfs_reg_module_exit(void);
+
+/* phxfs_users.c */
+int phxfs_user_charge(kuid_t uid, u64 length);
+void phxfs_user_uncharge(kuid_t uid, u64 length);
+
+/* phxfs_proc.c */
+int phxfs_listing_init(void);
+void phxfs_listing_exit(void);
+void phxfs_listing_add(struct phxfs_reg *reg);
+void phxfs_listing_del(struct phxfs_reg *reg);
 
 /* phxfs_file.c */
 extern const struct file_operations phxfs_fops;

@@ -346,6 +346,9 @@ static int __init phxfs_init(void)
 	ret = phxfs_reg_module_init();
 	if (ret)
 		return ret;
+	ret = phxfs_listing_init();
+	if (ret)
+		goto out_wq;
 	cands = kcalloc(PHXFS_MAX_DEVICES, sizeof(*cands), GFP_KERNEL);
 	if (!cands) {
 		ret = -ENOMEM;
@@ -398,6 +401,8 @@ out_cands:
 		pci_dev_put(cands[i].pdev);
 	kfree(cands);
 out_reg:
+	phxfs_listing_exit();
+out_wq:
 	phxfs_reg_module_exit();
 	return ret;
 }
@@ -406,6 +411,7 @@ static void __exit phxfs_exit(void)
 {
 	/* First: a deferred teardown may still be returning from its work. */
 	phxfs_reg_module_exit();
+	phxfs_listing_exit();
 	cdev_del(&phxfs_cdev);
 	phxfs_destroy_all();
 	class_destroy(phxfs_class);

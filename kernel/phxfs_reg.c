@@ -13,6 +13,7 @@
 
 #include <linux/module.h>
 #include <linux/workqueue.h>
+#include <linux/cred.h>
 #include <linux/fs.h>
 #include <linux/jiffies.h>
 #include <linux/mm.h>
@@ -43,6 +44,9 @@ static void phxfs_reg_free(struct kref *ref)
 {
 	struct phxfs_reg *reg = container_of(ref, struct phxfs_reg, ref);
 
+	phxfs_listing_del(reg);
+	if (reg->charged)
+		phxfs_user_uncharge(reg->owner_uid, reg->length);
 	if (reg->owner_mm)
 		mmdrop(reg->owner_mm);
 	if (reg->mapping)
@@ -391,6 +395,7 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 	if (!reg)
 		return -ENOMEM;
 	kref_init(&reg->ref);
+	INIT_LIST_HEAD(&reg->listed);
 	mutex_init(&reg->map_lock);
 	mutex_init(&reg->create_lock);
 	init_completion(&reg->revoked);
@@ -411,10 +416,17 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 	reg->npages = length >> PAGE_SHIFT;
 	reg->owner_mm = current->mm;
 	mmgrab(reg->owner_mm);
+	reg->owner_uid = current_uid();
+	reg->owner_pid = task_tgid_nr(current);
 	atomic_set(&reg->state, PHXFS_REG_GONE);
 	INIT_DELAYED_WORK(&reg->finish, phxfs_reg_finish_work);
 	INIT_DELAYED_WORK(&reg->unclaim, phxfs_reg_unclaim_work);
 	INIT_DELAYED_WORK(&reg->put_later, phxfs_reg_put_later_work);
+	/* Before the page table, the one thing sized by the caller. */
+	ret = phxfs_user_charge(reg->owner_uid, length);
+	if (ret)
+		goto err_free;
+	reg->charged = true;
 	reg->pages = kvcalloc(reg->npages, sizeof(*reg->pages),
 			      GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
 	if (!reg->pages) {
@@ -458,6 +470,7 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 
 	atomic64_inc(&dev->stats.regs_live);
 	atomic64_inc(&dev->stats.regs_total);
+	phxfs_listing_add(reg);
 	mutex_unlock(&reg->create_lock);
 	*out = reg;
 	return 0;

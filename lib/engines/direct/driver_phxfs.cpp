@@ -87,7 +87,10 @@ class PhxfsDriver final : public DeviceDriver {
       const int err = errno;
       throw_errno(err, path_ + ": PHXFS_IOC_REGISTER of device address " +
                            std::to_string(device_address) + ", size " + std::to_string(size) +
-                           " failed");
+                           " failed" +
+                           (err == EDQUOT ? " (this user holds phxfs's max_regs_per_user "
+                                            "registrations or max_pinned_mib_per_user MiB)"
+                                          : ""));
     }
     return {raw.handle, raw.mmap_offset};
   }

@@ -113,10 +113,24 @@ nvidia_suite() {
 		check module/rmmod_nvemu "unload the emulation (it reports leaked pins)" rmmod nvemu
 	fi
 }
-# --only 'nvidia/*' (vm/run): the NVIDIA provider's groups alone.
+# Caps per user and the administrator's listing, with pcibar on two devices.
+limits_suite() {
+	if load_pcibar; then
+		$vmtest limits || failed=1
+		check module/rmmod_after_limits "unload after the limits group" rmmod phxfs
+	else
+		result limits/load fail "insmod phxfs pcibar=$bdf0@2,$bdf1@2"
+	fi
+}
+
+# --only 'nvidia/*' or 'limits/*' (vm/run): that group alone.
 case "${PHX_ONLY:-}" in
 nvidia/*)
 	nvidia_suite
+	exit $failed
+	;;
+limits/*)
+	limits_suite
 	exit $failed
 	;;
 esac
@@ -190,6 +204,9 @@ if load_pcibar; then
 else
 	result pcibar/load fail "insmod phxfs pcibar=$bdf0@2,$bdf1@2"
 fi
+
+# --- caps per user and the administrator's listing ----------------------------
+limits_suite
 
 # --- every device the rig has (at least 8 when it provides them) -------------
 if [ $# -ge 8 ]; then

@@ -22,13 +22,15 @@ int main(int argc, char **argv) {
     return vmtest_p2p();
   if (argc >= 3 && !strcmp(argv[1], "p2p-pool"))
     return vmtest_p2p_pool(argv[2]);
+  if (argc >= 2 && !strcmp(argv[1], "limits"))
+    return vmtest_limits();
   if (argc >= 2 && !strcmp(argv[1], "highbar"))
     return vmtest_high_bar();
   if (argc >= 3 && !strcmp(argv[1], "nvidia"))
     return vmtest_nvidia(argv[2]);
-  fprintf(
-      stderr,
-      "usage: phx-vmtest pcibar | many | access | p2p | p2p-pool owned|foreign | highbar | nvidia "
-      "persistent|legacy|missing|appeared\n");
+  fprintf(stderr,
+          "usage: phx-vmtest pcibar | many | access | limits | p2p | p2p-pool owned|foreign | "
+          "highbar | "
+          "nvidia persistent|legacy|missing|appeared\n");
   return 2;
 }

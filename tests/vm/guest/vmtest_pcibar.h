@@ -5,6 +5,7 @@ int vmtest_pcibar(void);
 int vmtest_nvidia(const char *mode);
 int vmtest_many(void);
 int vmtest_access(void);
+int vmtest_limits(void);
 int vmtest_p2p(void);
 int vmtest_p2p_pool(const char *mode);
 int vmtest_high_bar(void);

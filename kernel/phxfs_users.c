@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * phxfs_users.c - what one user may keep registered: registrations and
+ * bytes of device memory per uid, over every device.  A registration is
+ * charged at REGISTER, before anything sized by the caller is allocated,
+ * and released when the registration is freed: pages a holder (a pipe,
+ * io_uring fixed buffers) keeps past its owner's DEREGISTER or exit still
+ * count against the owner's user, so no user can keep more than the caps
+ * however its registrations end.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/hashtable.h>
+#include <linux/module.h>
+#include <linux/slab.h>
+#include <linux/spinlock.h>
+#include <linux/uidgid.h>
+
+#include "phxfs.h"
+
+static uint max_regs_per_user = 65536;
+module_param(max_regs_per_user, uint, 0644);
+MODULE_PARM_DESC(max_regs_per_user,
+		 "Registrations one user may hold over all devices, those still held past their end included (0: no limit; default 65536); REGISTER past it fails with EDQUOT");
+
+static ulong max_pinned_mib_per_user;
+module_param(max_pinned_mib_per_user, ulong, 0644);
+MODULE_PARM_DESC(max_pinned_mib_per_user,
+		 "Device memory one user may hold registered over all devices, MiB (0, the default: no limit); REGISTER past it fails with EDQUOT");
+
+struct phxfs_user {
+	struct hlist_node node;
+	kuid_t uid;
+	unsigned long regs;
+	u64 bytes;
+};
+
+static DEFINE_SPINLOCK(phxfs_users_lock);
+static DEFINE_HASHTABLE(phxfs_users, 6);
+
+/* Caller holds phxfs_users_lock. */
+static struct phxfs_user *phxfs_user_find(kuid_t uid)
+{
+	struct phxfs_user *u;
+
+	hash_for_each_possible(phxfs_users, u, node, __kuid_val(uid))
+		if (uid_eq(u->uid, uid))
+			return u;
+	return NULL;
+}
+
+/**
+ * phxfs_user_charge() - count a registration of @length bytes against @uid.
+ * @uid:    the registering user.
+ * @length: its size in bytes.
+ *
+ * Return: 0; -EDQUOT when the user already holds max_regs_per_user
+ * registrations or the bytes would pass max_pinned_mib_per_user; -ENOMEM.
+ */
+int phxfs_user_charge(kuid_t uid, u64 length)
+{
+	unsigned int max_regs = READ_ONCE(max_regs_per_user);
+	u64 max_bytes = (u64)READ_ONCE(max_pinned_mib_per_user) << 20;
+	struct phxfs_user *fresh, *u, *unused = NULL;
+	int ret = 0;
+
+	fresh = kzalloc(sizeof(*fresh), GFP_KERNEL);
+	if (!fresh)
+		return -ENOMEM;
+	spin_lock(&phxfs_users_lock);
+	u = phxfs_user_find(uid);
+	if (!u) {
+		u = fresh;
+		fresh = NULL;
+		u->uid = uid;
+		hash_add(phxfs_users, &u->node, __kuid_val(uid));
+	}
+	if ((max_regs && u->regs >= max_regs) ||
+	    (max_bytes && (length > max_bytes || u->bytes > max_bytes - length))) {
+		ret = -EDQUOT;
+		if (!u->regs) {
+			hash_del(&u->node);
+			unused = u;
+		}
+	} else {
+		u->regs++;
+		u->bytes += length;
+	}
+	spin_unlock(&phxfs_users_lock);
+	kfree(fresh);
+	kfree(unused);
+	return ret;
+}
+
+/**
+ * phxfs_user_uncharge() - release what phxfs_user_charge() counted.
+ * @uid:    the user charged.
+ * @length: the bytes charged.
+ */
+void phxfs_user_uncharge(kuid_t uid, u64 length)
+{
+	struct phxfs_user *u, *gone = NULL;
+
+	spin_lock(&phxfs_users_lock);
+	u = phxfs_user_find(uid);
+	if (!WARN_ON_ONCE(!u || !u->regs || u->bytes < length)) {
+		u->regs--;
+		u->bytes -= length;
+		if (!u->regs) {
+			hash_del(&u->node);
+			gone = u;
+		}
+	}
+	spin_unlock(&phxfs_users_lock);
+	kfree(gone);
+}

@@ -1,0 +1,242 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * vmtest_limits.c - what a user may keep and what the administrator sees
+ * (issue 37, finding 3): caps on registrations and bytes per user over
+ * every device (EDQUOT past them), still counting pages a holder keeps
+ * after their owner exits, and /proc/driver/phxfs listing every
+ * registration with its owner, size, state and pin.  Run with pcibar
+ * loaded on two devices.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "vmtest.h"
+#include "vmtest_pcibar.h"
+
+#define LISTING "/proc/driver/phxfs"
+#define PARAMS "/sys/module/phxfs/parameters/"
+
+static int set_param(const char *name, unsigned long value) {
+  char path[128];
+  FILE *f;
+
+  snprintf(path, sizeof(path), PARAMS "%s", name);
+  f = fopen(path, "w");
+  if (!f)
+    return -errno;
+  fprintf(f, "%lu\n", value);
+  return fclose(f) ? -errno : 0;
+}
+
+/* One line of the listing. */
+struct listed {
+  unsigned int dev;
+  unsigned long long handle, addr, bytes;
+  int pid;
+  unsigned int uid;
+  char state[24], pin[16];
+};
+
+/*
+ * Looks for the registration @handle of device @dev in the listing; fills
+ * @out.  Returns 1 when listed, 0 when not, -1 when the listing cannot be
+ * read or has no header.
+ */
+static int find_listed(unsigned int dev, unsigned long long handle, struct listed *out) {
+  FILE *f = fopen(LISTING, "r");
+  char line[256];
+  int found = 0;
+
+  if (!f || !fgets(line, sizeof(line), f) || strncmp(line, "dev handle pid uid", 18)) {
+    if (f)
+      fclose(f);
+    return -1;
+  }
+  while (!found && fgets(line, sizeof(line), f)) {
+    struct listed l;
+
+    if (sscanf(line, "%u %llu %d %u %llx %llu %23s %15s", &l.dev, &l.handle, &l.pid, &l.uid,
+               &l.addr, &l.bytes, l.state, l.pin) == 8 &&
+        l.dev == dev && l.handle == handle) {
+      *out = l;
+      found = 1;
+    }
+  }
+  fclose(f);
+  return found;
+}
+
+static int t_listing(char *detail, size_t len) {
+  const uint64_t off = 3 * MiB;
+  struct phxfs_register r;
+  struct listed l;
+  struct stat st;
+  int fd = phx_open_dev(0), found, status;
+  pid_t child;
+
+  EXPECT(!stat(LISTING, &st), "stat %s: %s", LISTING, strerror(errno));
+  EXPECT((st.st_mode & 0777) == 0400 && st.st_uid == 0, "%s: mode %o uid %u", LISTING,
+         st.st_mode & 0777, st.st_uid);
+  EXPECT(fd >= 0 && !phx_register(fd, off, 64 * KiB, &r), "register: %s", strerror(errno));
+  found = find_listed(0, r.handle, &l);
+  EXPECT(found == 1, "handle %llu not in %s (%d)", (unsigned long long)r.handle, LISTING, found);
+  EXPECT(l.pid == getpid() && l.uid == 0 && l.addr == off && l.bytes == 64 * KiB &&
+             !strcmp(l.state, "live") && !strcmp(l.pin, "bar"),
+         "listed as pid %d uid %u addr %#llx bytes %llu state %s pin %s", l.pid, l.uid, l.addr,
+         l.bytes, l.state, l.pin);
+  child = fork();
+  EXPECT(child >= 0, "fork");
+  if (!child) {
+    int opened;
+
+    if (setgid(65534) || setuid(65534))
+      _exit(2);
+    opened = open(LISTING, O_RDONLY);
+    _exit(opened < 0 && errno == EACCES ? 0 : 1);
+  }
+  EXPECT(waitpid(child, &status, 0) == child && WIFEXITED(status) && !WEXITSTATUS(status),
+         "uid 65534 could read %s (status %#x)", LISTING, status);
+  EXPECT(!phx_deregister(fd, r.handle), "deregister");
+  found = find_listed(0, r.handle, &l);
+  EXPECT(found == 0, "handle %llu still listed after DEREGISTER (%d)", (unsigned long long)r.handle,
+         found);
+  close(fd);
+  snprintf(detail, len,
+           "%s (0400, root): dev, handle, pid, uid, address, bytes, state live, pin bar; gone "
+           "after DEREGISTER; uid 65534 gets EACCES",
+           LISTING);
+  return 0;
+}
+
+static int t_caps(char *detail, size_t len) {
+  struct phxfs_register a, b, c;
+  int fd0 = phx_open_dev(0), fd1 = phx_open_dev(1), tuned, third, third_errno, fourth;
+
+  EXPECT(fd0 >= 0 && fd1 >= 0, "open");
+  tuned = set_param("max_regs_per_user", 2);
+  EXPECT(!tuned, "max_regs_per_user: %s", strerror(-tuned));
+  /* Counted over every device. */
+  EXPECT(!phx_register(fd0, 0, 64 * KiB, &a) && !phx_register(fd1, 0, 64 * KiB, &b),
+         "two registrations: %s", strerror(errno));
+  third = phx_register(fd0, 1 * MiB, 64 * KiB, &c);
+  third_errno = errno;
+  EXPECT(!phx_deregister(fd1, b.handle), "deregister");
+  fourth = phx_register(fd0, 1 * MiB, 64 * KiB, &c);
+  set_param("max_regs_per_user", 65536);
+  EXPECT(third && third_errno == EDQUOT, "a third registration: %s, want EDQUOT",
+         third ? strerror(third_errno) : "succeeded");
+  EXPECT(!fourth, "after a DEREGISTER: %s", strerror(errno));
+  EXPECT(!phx_deregister(fd0, a.handle) && !phx_deregister(fd0, c.handle), "deregister");
+
+  tuned = set_param("max_pinned_mib_per_user", 1);
+  EXPECT(!tuned, "max_pinned_mib_per_user: %s", strerror(-tuned));
+  EXPECT(!phx_register(fd1, 0, 1 * MiB, &a), "1 MiB: %s", strerror(errno));
+  third = phx_register(fd0, 0, 64 * KiB, &b);
+  third_errno = errno;
+  EXPECT(!phx_deregister(fd1, a.handle), "deregister");
+  fourth = phx_register(fd0, 0, 64 * KiB, &b);
+  set_param("max_pinned_mib_per_user", 0);
+  EXPECT(third && third_errno == EDQUOT, "64 KiB past 1 MiB: %s, want EDQUOT",
+         third ? strerror(third_errno) : "succeeded");
+  EXPECT(!fourth && !phx_deregister(fd0, b.handle), "after a DEREGISTER: %s", strerror(errno));
+  close(fd0);
+  close(fd1);
+  snprintf(detail, len,
+           "max_regs_per_user 2 over two devices and max_pinned_mib_per_user 1: the next "
+           "REGISTER gets EDQUOT, and succeeds once one is deregistered");
+  return 0;
+}
+
+/*
+ * A child registers, lets a pipe it shares with us hold the pages, and
+ * exits.  The registration outlives it (its teardown waits for the pipe):
+ * listed as held, with the child's pid, and still counted against the
+ * user, until the pipe closes.
+ */
+static int t_held_after_exit(char *detail, size_t len) {
+  const uint64_t off = 5 * MiB, size = 64 * KiB;
+  struct phxfs_register r, mine;
+  struct listed l;
+  int fds[2], report[2], status, found = -1, blocked, blocked_errno, fd, i;
+  unsigned long long handle = 0;
+  pid_t child;
+
+  EXPECT(!pipe(fds) && !pipe(report), "pipe");
+  child = fork();
+  EXPECT(child >= 0, "fork");
+  if (!child) {
+    int fd = phx_open_dev(0);
+    unsigned char *map;
+    struct iovec iov;
+    ssize_t spliced;
+
+    if (fd < 0 || phx_register(fd, off, size, &r) || !(map = phx_map(fd, &r)))
+      _exit(2);
+    memset(map, 0x2d, size);
+    iov = (struct iovec){map, size};
+    spliced = vmsplice(fds[1], &iov, 1, 0);
+    if (spliced < 0 && errno == EREMOTEIO)
+      _exit(3);
+    if (spliced != (ssize_t)size ||
+        write(report[1], &r.handle, sizeof(r.handle)) != (ssize_t)sizeof(r.handle))
+      _exit(4);
+    _exit(0);
+  }
+  close(report[1]);
+  if (read(report[0], &handle, sizeof(handle)) != (ssize_t)sizeof(handle))
+    handle = 0;
+  close(report[0]);
+  EXPECT(waitpid(child, &status, 0) == child && WIFEXITED(status), "child: %#x", status);
+  if (WEXITSTATUS(status) == 3) {
+    close(fds[0]);
+    close(fds[1]);
+    snprintf(detail, len,
+             "vmsplice cannot hold P2PDMA pages on this kernel (EREMOTEIO): "
+             "no registration outlives its owner here");
+    return 1;
+  }
+  EXPECT(!WEXITSTATUS(status) && handle, "child: status %d", WEXITSTATUS(status));
+  /* Its last close waited 250 ms and left the teardown to a work item. */
+  found = find_listed(0, handle, &l);
+  set_param("max_regs_per_user", 1);
+  fd = phx_open_dev(0);
+  blocked = phx_register(fd, 0, 64 * KiB, &mine);
+  blocked_errno = errno;
+  if (!blocked)
+    phx_deregister(fd, mine.handle);
+  close(fd);
+  set_param("max_regs_per_user", 65536);
+  close(fds[0]);
+  close(fds[1]);
+  EXPECT(found == 1, "handle %llu of exited pid %d not listed (%d)", handle, (int)child, found);
+  EXPECT(l.pid == child && !strcmp(l.state, "held") && l.bytes == size,
+         "listed as pid %d state %s bytes %llu, want pid %d held %llu", l.pid, l.state, l.bytes,
+         (int)child, (unsigned long long)size);
+  EXPECT(blocked && blocked_errno == EDQUOT,
+         "with max_regs_per_user 1 and the held one, REGISTER: %s, want EDQUOT",
+         blocked ? strerror(blocked_errno) : "succeeded");
+  for (i = 0; i < 100 && (found = find_listed(0, handle, &l)) == 1; i++)
+    usleep(100000);
+  EXPECT(found == 0, "still listed 10 s after the pipe closed (%d, state %s)", found, l.state);
+  snprintf(detail, len,
+           "a registration whose owner exited while a pipe held it: listed held with its pid, "
+           "counted against the user (EDQUOT at max_regs_per_user 1), gone once the pipe "
+           "closed");
+  return 0;
+}
+
+int vmtest_limits(void) {
+  vm_run("limits/listing", t_listing);
+  vm_run("limits/caps_per_user", t_caps);
+  vm_run("limits/held_after_exit", t_held_after_exit);
+  return vm_failures() ? 1 : 0;
+}
