@@ -250,6 +250,7 @@ static int t_high_bar(char *detail, size_t len) {
 int vmtest_high_bar(void) {
   vm_run("highbar/load", t_high_bar);
   vm_run("highbar/claim_walks_yield", t_claim_walks_yield);
+  vm_run("highbar/walks_share_the_cpu", t_walks_share_the_cpu);
   return vm_failures() ? 1 : 0;
 }
 

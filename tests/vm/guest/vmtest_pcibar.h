@@ -11,4 +11,5 @@ int vmtest_p2p_pool(const char *mode);
 int vmtest_high_bar(void);
 /* vmtest_walks.c: the high BAR's claim walks yield (highbar.sh). */
 int t_claim_walks_yield(char *detail, size_t len);
+int t_walks_share_the_cpu(char *detail, size_t len);
 #endif
