@@ -27,6 +27,8 @@ GUEST_ON_DEMAND_MODULES = [
     "configfs", "nvmet", "nvmet_tcp", "nvmet_rdma", "nvme_fabrics", "nvme_tcp", "nvme_rdma",
     "nfsd", "nfs", "nfsv4", "rpcrdma", "rdma_rxe", "rdma_cm", "rdma_ucm", "ib_uverbs",
     "dummy", "veth",
+    # The holder tests' FUSE daemon (vmtest_fuse.c).
+    "fuse",
     # rdma_rxe computes its ICRC with the crypto API's "crc32" (loaded on
     # demand through the "crypto-crc32" alias).
     "crc32_generic",

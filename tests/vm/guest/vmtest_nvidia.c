@@ -35,7 +35,9 @@
 
 #include "nvemu_uapi.h"
 #include "vmtest.h"
+#include "vmtest_fuse.h"
 #include "vmtest_pcibar.h"
+#include "vmtest_rdma.h"
 
 static const char *raw_path;
 static uint64_t disk_size;
@@ -1005,6 +1007,269 @@ static int t_legacy_deregister(char *detail, size_t len) {
  * choice REGISTER fails with EOPNOTSUPP, no legacy pin is taken behind the
  * caller's back, and GET_INFO says so from then on.
  */
+/* Reads "GPU memory" at @bar_offset, whoever owns it now (nvemu's peek). */
+static int emu_peek(uint64_t bar_offset, void *buf, uint64_t len) {
+  struct nvemu_peek p = {.bar_offset = bar_offset, .length = len, .buf = (uintptr_t)buf};
+
+  return ioctl(emu, NVEMU_IOC_PEEK, &p) ? -errno : 0;
+}
+
+/*
+ * A holder of registered pages that user space controls: it takes page
+ * references (hold), writes into the pages whenever it likes (land), and
+ * lets them go (release, which for FUSE is the landing itself).
+ */
+struct holder;
+
+struct holder_ops {
+  const char *what;
+  /* 0, 1 (skip: this kernel has no such holder), -1; @landing: the bytes land writes. */
+  int (*start)(struct holder *h, uint64_t size, unsigned char landing, char *detail, size_t len);
+  /* 0 once the pages are held; -errno when the kernel refused to hold them. */
+  int (*hold)(struct holder *h, unsigned char *map, uint64_t size);
+  int (*land)(struct holder *h);
+  void (*release)(struct holder *h);
+  void (*stop)(struct holder *h);
+};
+
+struct holder {
+  struct fuse_holder fuse;
+  struct rdma_holder rdma;
+  /* FUSE: the read that the daemon holds, on a thread. */
+  pthread_t reader;
+  const char *path;
+  unsigned char *map;
+  uint64_t size;
+  ssize_t result;
+  int err;
+  volatile int done;
+};
+
+static void *fuse_read_thread(void *arg) {
+  struct holder *h = arg;
+  int fd = open(h->path, O_RDONLY);
+
+  h->result = fd < 0 ? -1 : pread(fd, h->map, h->size, 0);
+  h->err = errno;
+  if (fd >= 0)
+    close(fd);
+  h->done = 1;
+  return NULL;
+}
+
+static int fuse_start(struct holder *h, uint64_t size, unsigned char landing, char *detail,
+                      size_t len) {
+  int got = fuse_holder_start(&h->fuse, "/tmp/phxfuse", size, landing, detail, len);
+
+  h->path = h->fuse.path;
+  return got;
+}
+
+static int fuse_hold(struct holder *h, unsigned char *map, uint64_t size) {
+  h->map = map;
+  h->size = size;
+  if (pthread_create(&h->reader, NULL, fuse_read_thread, h))
+    return -EAGAIN;
+  if (!fuse_holder_wait_read(&h->fuse, 5000))
+    return 0;
+  /* The read never reached the daemon: refused up front, or it hangs. */
+  for (int i = 0; i < 100 && !h->done; i++)
+    usleep(50000);
+  if (!h->done)
+    fuse_holder_stop(&h->fuse);
+  pthread_join(h->reader, NULL);
+  return -(h->err ? h->err : EIO);
+}
+
+/* The daemon answers: FUSE copies the answer into the pages it pinned, then lets them go. */
+static int fuse_land(struct holder *h) {
+  if (fuse_holder_answer(&h->fuse))
+    return -1;
+  pthread_join(h->reader, NULL);
+  return h->result == (ssize_t)h->size ? 0 : -1;
+}
+
+static void fuse_release(struct holder *h) {
+  (void)h;
+}
+
+static void fuse_stop(struct holder *h) {
+  fuse_holder_stop(&h->fuse);
+}
+
+static unsigned char rdma_landing;
+
+static int rdma_start(struct holder *h, uint64_t size, unsigned char landing, char *detail,
+                      size_t len) {
+  rdma_landing = landing;
+  return rdma_holder_start(&h->rdma, size, detail, len);
+}
+
+static int rdma_hold(struct holder *h, unsigned char *map, uint64_t size) {
+  h->size = size;
+  return rdma_holder_hold(&h->rdma, map, size);
+}
+
+/* A peer's RDMA WRITE into the memory region, whenever it likes. */
+static int rdma_land(struct holder *h) {
+  return rdma_holder_write(&h->rdma, rdma_landing, h->size);
+}
+
+static void rdma_release(struct holder *h) {
+  rdma_holder_release(&h->rdma);
+}
+
+static void rdma_stop(struct holder *h) {
+  rdma_holder_stop(&h->rdma);
+}
+
+static bool all_bytes(const unsigned char *p, unsigned char want, size_t n) {
+  return first_diff_byte(p, want, n) == n;
+}
+
+/*
+ * Issue 37, the holder classes user space controls: the holder keeps the
+ * pages of a registration that goes away, then writes into them.
+ *   P2PDMA kernels  the kernel refuses to hold the pages up front;
+ *   persistent      the last close returns after its bounded wait, the
+ *                   registration stays held (and pinned), the write lands
+ *                   in memory still pinned, and it goes once let go;
+ *   legacy          cudaFree returns after revoke_wait_ms, the pages stay
+ *                   claimed (quarantined), and the write lands in GPU
+ *                   memory the driver has freed: no kernel interface lets
+ *                   phxfs take back a page reference another subsystem
+ *                   holds, which is why auto refuses legacy pins
+ *                   (docs/security.md).  The test proves that it lands.
+ */
+static int holder_outlives_registration(const struct holder_ops *ops, char *detail, size_t len) {
+  const uint64_t size = 64 * KiB;
+  const unsigned char landing = 0xc3, mine = 0x11;
+  bool legacy = want_pin == PHXFS_PIN_LEGACY;
+  struct nvemu_stats before, after;
+  struct phxfs_info info;
+  struct phxfs_register r;
+  struct nvemu_alloc a;
+  struct timed_free t = {0};
+  unsigned char *peek = ram_alloc(size), *map;
+  double closed = 0, start;
+  int fd, got, sig = 0, i;
+  pthread_t tf;
+  struct holder state = {0}, *h = &state;
+
+  got = ops->start(h, size, landing, detail, len);
+  if (got)
+    return got;
+  fd = phx_open_dev(0);
+  EXPECT(peek && fd >= 0 && !emu_stats(&before) && !phx_get_info(fd, &info), "setup");
+  EXPECT(!emu_alloc(size, 0, &a) && !phx_register(fd, a.va, size, &r), "alloc+register");
+  map = phx_map(fd, &r);
+  EXPECT(map, "map");
+  memset(map, mine, size);
+  got = ops->hold(h, map, size);
+  if (got) {
+    ops->stop(h);
+    EXPECT(info.flags & PHXFS_INFO_P2PDMA, "%s could not hold the pages: %s", ops->what,
+           strerror(-got));
+    EXPECT(all_bytes(map, mine, size), "P2PDMA: the refused holder wrote into the pages");
+    EXPECT(!munmap(map, size) && !phx_deregister(fd, r.handle) && !emu_free(a.va), "teardown");
+    close(fd);
+    free(peek);
+    snprintf(detail, len, "P2PDMA pages: %s refused up front (%s)", ops->what, strerror(-got));
+    return 0;
+  }
+  if (legacy) {
+    EXPECT(!set_revoke_wait_ms(1000), "revoke_wait_ms");
+    /* A callback that gave up earlier (a test before) spends the device's wait for 1 s. */
+    usleep(1200000);
+    t.va = a.va;
+    EXPECT(!pthread_create(&tf, NULL, timed_free, &t), "thread");
+    for (i = 0; i < 200 && !t.done; i++)
+      usleep(50000);
+    if (t.done)
+      sig = touch_signal(map);
+  } else {
+    /* The last close: a bounded wait, then the registration is held. */
+    EXPECT(!munmap(map, size), "munmap");
+    start = now_s();
+    close(fd);
+    closed = now_s() - start;
+    fd = phx_open_dev(0);
+    EXPECT(fd >= 0 && !phx_get_info(fd, &info), "info");
+  }
+  got = emu_peek(a.bar_offset, peek, size);
+  EXPECT(!got && all_bytes(peek, mine, size), "GPU memory changed before the write (%d)", got);
+  got = ops->land(h);
+  if (legacy) {
+    pthread_join(tf, NULL);
+    set_revoke_wait_ms(5000);
+  }
+  EXPECT(!got, "%s: the write into the held pages failed", ops->what);
+  got = emu_peek(a.bar_offset, peek, size);
+  EXPECT(!got && all_bytes(peek, landing, size), "the holder's bytes are not in GPU memory (%d)",
+         got);
+  ops->release(h);
+  ops->stop(h);
+  if (legacy) {
+    EXPECT(!t.ret, "cudaFree: %s", strerror(-t.ret));
+    EXPECT(t.seconds >= 0.9 && t.seconds < 5, "cudaFree took %.2f s, want the 1 s bound",
+           t.seconds);
+    EXPECT(sig == SIGBUS, "touching freed GPU memory gave signal %d", sig);
+    EXPECT(!phx_deregister(fd, r.handle) && !munmap(map, size), "teardown");
+  } else {
+    EXPECT(closed < 2, "the last close took %.2f s", closed);
+    EXPECT(info.regs_live == 1, "regs_live %llu while %s held the pages",
+           (unsigned long long)info.regs_live, ops->what);
+  }
+  EXPECT(!wait_no_regs_live(fd, &info) && !info.regs_live, "regs_live %llu once let go",
+         (unsigned long long)info.regs_live);
+  if (!legacy)
+    EXPECT(!emu_free(a.va), "cudaFree");
+  EXPECT(!emu_stats(&after) && after.pins_live == before.pins_live &&
+             after.callbacks == before.callbacks + (legacy ? 1 : 0),
+         "pins %llu callbacks %llu", (unsigned long long)after.pins_live,
+         (unsigned long long)after.callbacks);
+  close(fd);
+  free(peek);
+  if (legacy)
+    snprintf(detail, len,
+             "cudaFree returned after %.2f s while %s held the pages; its write then landed in "
+             "the freed GPU memory (legacy pins cannot prevent it); the pages stayed claimed "
+             "until let go, nothing left after",
+             t.seconds, ops->what);
+  else
+    snprintf(detail, len,
+             "the last close returned after %.2f s while %s held the pages; the registration "
+             "stayed held and pinned, the write landed in it, and it went once let go",
+             closed, ops->what);
+  return 0;
+}
+
+static const struct holder_ops fuse_read_holder = {
+    .what = "a FUSE daemon's held O_DIRECT read",
+    .start = fuse_start,
+    .hold = fuse_hold,
+    .land = fuse_land,
+    .release = fuse_release,
+    .stop = fuse_stop,
+};
+
+static const struct holder_ops rdma_region_holder = {
+    .what = "an RDMA memory region (Soft-RoCE)",
+    .start = rdma_start,
+    .hold = rdma_hold,
+    .land = rdma_land,
+    .release = rdma_release,
+    .stop = rdma_stop,
+};
+
+static int t_fuse_holder(char *detail, size_t len) {
+  return holder_outlives_registration(&fuse_read_holder, detail, len);
+}
+
+static int t_rdma_holder(char *detail, size_t len) {
+  return holder_outlives_registration(&rdma_region_holder, detail, len);
+}
+
 static int t_refused(char *detail, size_t len) {
   struct nvemu_stats before, after;
   struct phxfs_info info;
@@ -1093,6 +1358,8 @@ int vmtest_nvidia(const char *mode) {
     vm_run("nvidia/legacy_free_vs_many_held", t_legacy_free_vs_many_held);
     vm_run("nvidia/legacy_free_turns_between_processes", t_legacy_free_turns);
     vm_run("nvidia/legacy_free_known_held", t_legacy_free_known_held);
+    vm_run("nvidia/legacy_free_vs_fuse_read", t_fuse_holder);
+    vm_run("nvidia/legacy_free_vs_rdma_region", t_rdma_holder);
   } else {
     vm_run("nvidia/info", t_info);
     vm_run("nvidia/read_scattered_pages", t_read_scattered);
@@ -1103,6 +1370,8 @@ int vmtest_nvidia(const char *mode) {
     vm_run("nvidia/persistent_free_while_pinned", t_free_while_pinned);
     vm_run("nvidia/rmmod_provider_while_pinned", t_rmmod_provider_while_pinned);
     vm_run("nvidia/exit_with_pins", t_exit_with_pins);
+    vm_run("nvidia/close_vs_fuse_read", t_fuse_holder);
+    vm_run("nvidia/close_vs_rdma_region", t_rdma_holder);
   }
   close(emu);
   return vm_failures() ? 1 : 0;

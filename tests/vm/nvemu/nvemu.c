@@ -535,6 +535,37 @@ static long nvemu_ioctl_free(struct file *file, void __user *uarg)
 	return nvemu_free_alloc(found);
 }
 
+/*
+ * Through the BAR's struct pages, so through the kernel's own (uncached)
+ * mapping of them: a second mapping of another memory type would conflict.
+ */
+static long nvemu_ioctl_peek(void __user *uarg)
+{
+	struct nvemu_peek args;
+	u64 done = 0;
+
+	if (copy_from_user(&args, uarg, sizeof(args)))
+		return -EFAULT;
+	if (!args.length || args.length > SZ_1M ||
+	    args.bar_offset + args.length < args.bar_offset ||
+	    args.bar_offset + args.length > (u64)nvemu_nbits * NVEMU_GPU_PAGE)
+		return -EINVAL;
+	while (done < args.length) {
+		phys_addr_t phys = nvemu_bar_start + args.bar_offset + done;
+		unsigned long pfn = PHYS_PFN(phys);
+		size_t in_page = offset_in_page(phys);
+		size_t n = min_t(u64, PAGE_SIZE - in_page, args.length - done);
+
+		if (!pfn_valid(pfn) || !is_zone_device_page(pfn_to_page(pfn)))
+			return -ENXIO;
+		if (copy_to_user(u64_to_user_ptr(args.buf + done),
+				 page_address(pfn_to_page(pfn)) + in_page, n))
+			return -EFAULT;
+		done += n;
+	}
+	return 0;
+}
+
 static long nvemu_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 {
 	void __user *uarg = (void __user *)arg;
@@ -545,6 +576,8 @@ static long nvemu_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return nvemu_ioctl_alloc(file, uarg);
 	case NVEMU_IOC_FREE:
 		return nvemu_ioctl_free(file, uarg);
+	case NVEMU_IOC_PEEK:
+		return nvemu_ioctl_peek(uarg);
 	case NVEMU_IOC_STATS:
 		mutex_lock(&nvemu_lock);
 		stats = nvemu_stats;

@@ -40,8 +40,20 @@ struct nvemu_stats {
 	__u64 foreign_puts; /* legacy put_pages from another process: 0, nothing freed */
 };
 
+/*
+ * Reads "GPU memory" whoever owns it now, freed memory included: what a
+ * test checks after a holder outlived cudaFree.  Needs the BAR's pages
+ * (phxfs loaded); at most 1 MiB.
+ */
+struct nvemu_peek {
+	__u64 bar_offset;
+	__u64 length;
+	__u64 buf; /* user pointer */
+};
+
 #define NVEMU_IOC_ALLOC _IOWR('N', 1, struct nvemu_alloc)
 #define NVEMU_IOC_FREE _IOW('N', 2, struct nvemu_free)
 #define NVEMU_IOC_STATS _IOR('N', 3, struct nvemu_stats)
+#define NVEMU_IOC_PEEK _IOW('N', 4, struct nvemu_peek)
 
 #endif
