@@ -90,8 +90,16 @@ struct phxfs_dev {
 	struct device *node;
 	/* Serialises claiming device pages for registrations (claim_lock). */
 	struct mutex claim_lock;
-	/* Woken whenever a registration releases its claim. */
-	wait_queue_head_t claim_wq;
+	/*
+	 * Registrations whose teardown or revocation stopped waiting for
+	 * their pages (a pipe, an io_uring fixed buffer holds them), each on
+	 * @held with a module reference, and the one work item that looks at
+	 * all of them every PHXFS_IDLE_POLL_MAX while any is left
+	 * (phxfs_reg.c).  @held_lock is a mutex: the looks yield.
+	 */
+	struct mutex held_lock;
+	struct list_head held;
+	struct delayed_work held_poll;
 	/* Next free mmap page offset; offsets are never reused. */
 	atomic64_t next_pgoff;
 	struct phxfs_counters stats;
@@ -153,10 +161,10 @@ struct phxfs_reg {
 	struct completion revoked;
 	/* Pages before this index were seen idle by the teardown's wait. */
 	unsigned long idle_upto;
-	/* Finishes a teardown whose caller could not wait for its pages. */
-	struct delayed_work finish;
-	/* Releases the claim of pages still referenced after a revocation. */
-	struct delayed_work unclaim;
+	/* On dev->held while its pages are waited for by the poller. */
+	struct list_head held_node;
+	/* Woken when it releases its claim; REGISTERs of its pages wait here. */
+	wait_queue_head_t unclaimed;
 	/* Drops a provider's late reference (phxfs_reg_put_later()). */
 	struct delayed_work put_later;
 	/* Revoked with pages still referenced: live until unclaim has run. */
@@ -199,6 +207,7 @@ void phxfs_reg_put_later(struct phxfs_reg *reg);
 int phxfs_reg_mmap(struct phxfs_reg *reg, struct vm_area_struct *vma);
 int phxfs_reg_module_init(void);
 void phxfs_reg_module_exit(void);
+void phxfs_reg_dev_init(struct phxfs_dev *dev);
 
 /* phxfs_users.c */
 int phxfs_user_charge(kuid_t uid, u64 length);

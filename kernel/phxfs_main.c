@@ -285,7 +285,7 @@ static int phxfs_dev_create(struct phxfs_candidate *cand, unsigned int index)
 	dev->bar_start = pci_resource_start(dev->pdev, dev->bar);
 	dev->bar_size = pci_resource_len(dev->pdev, dev->bar);
 	mutex_init(&dev->claim_lock);
-	init_waitqueue_head(&dev->claim_wq);
+	phxfs_reg_dev_init(dev);
 	atomic64_set(&dev->next_pgoff, 1);
 	dev->revoke_spent_until = jiffies;
 

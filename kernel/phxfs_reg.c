@@ -31,7 +31,6 @@
  */
 static struct workqueue_struct *phxfs_wq;
 
-static void phxfs_reg_unclaim_work(struct work_struct *work);
 static void phxfs_reg_put_later_work(struct work_struct *work);
 
 /* Longest sleep between two looks at a busy page's refcount. */
@@ -109,10 +108,10 @@ static void phxfs_reg_unclaim_upto(struct phxfs_reg *reg, unsigned long end)
  * exact: zone_device_data (unused by the core for these pgmap types) names
  * the owner.
  *
- * Returns the owner of the first page another registration claims, with
- * @reg claiming nothing, or NULL with @reg claiming every page.  Sets
- * @dying when that owner's teardown has begun: it releases the claim on
- * its own, once its pages are idle.
+ * Returns the owner of the first page another registration claims, with a
+ * reference for the caller and @reg claiming nothing, or NULL with @reg
+ * claiming every page.  Sets @dying when that owner's teardown has begun:
+ * it releases the claim on its own, once its pages are idle.
  *
  * Claims in batches (PHXFS_CLAIM_BATCH): between two, another REGISTER of
  * overlapping pages may see part of @reg's claim and fail with -EBUSY, as
@@ -138,9 +137,11 @@ static struct phxfs_reg *phxfs_reg_try_claim(struct phxfs_reg *reg,
 		if (owner) {
 			*busy = reg->pages[i];
 			/*
-			 * Alive: it cannot release this page's claim (and so
-			 * be freed) without claim_lock.
+			 * Alive: every path releases a registration's claim,
+			 * under claim_lock, before it drops the reference
+			 * that its claim stands for.
 			 */
+			kref_get(&owner->ref);
 			state = atomic_read(&owner->state);
 			*dying = state == PHXFS_REG_RELEASING ||
 				 state == PHXFS_REG_REVOKING;
@@ -168,14 +169,19 @@ static int phxfs_reg_claim(struct phxfs_reg *reg)
 
 	while ((owner = phxfs_reg_try_claim(reg, &busy, &dying))) {
 		left = (long)(deadline - jiffies);
-		if (!dying || left <= 0)
-			return -EBUSY;
-		/* Compares the pointer only: @owner may be freed by now. */
-		left = wait_event_interruptible_timeout(
-			reg->dev->claim_wq,
-			READ_ONCE(busy->zone_device_data) != owner, left);
+		/* Only this owner's release wakes us, no other's. */
+		if (dying && left > 0)
+			left = wait_event_interruptible_timeout(
+				owner->unclaimed,
+				READ_ONCE(busy->zone_device_data) != owner,
+				left);
+		else
+			left = 0;
+		phxfs_reg_put(owner);
 		if (left < 0)
 			return left;
+		if (!left)
+			return -EBUSY;
 	}
 	return 0;
 }
@@ -183,7 +189,7 @@ static int phxfs_reg_claim(struct phxfs_reg *reg)
 static void phxfs_reg_unclaim(struct phxfs_reg *reg)
 {
 	phxfs_reg_unclaim_upto(reg, reg->npages);
-	wake_up_all(&reg->dev->claim_wq);
+	wake_up_all(&reg->unclaimed);
 }
 
 static bool phxfs_page_idle(struct page *page)
@@ -199,11 +205,10 @@ static bool phxfs_page_idle(struct page *page)
  * The kernel tells nobody when such a reference goes: put_page() calls the
  * pgmap's page_free only when the count reaches zero, and a page phxfs
  * claims idles at PHXFS_IDLE_PAGE_REFS, above zero.  So this re-checks the
- * count on a timeout, sleeping on the device's claim_wq (woken when any
- * registration lets its pages go, e.g. the teardown a provider revocation
- * waits beside) one jiffy at first, doubling up to PHXFS_IDLE_POLL_MAX:
- * DMA in flight usually ends within the first sleeps, and a reference held
- * for long costs ten wake-ups a second, not thousands.
+ * count after sleeping one jiffy at first, doubling up to
+ * PHXFS_IDLE_POLL_MAX: DMA in flight usually ends within the first sleeps,
+ * and a reference held for long costs ten wake-ups a second, not
+ * thousands.
  *
  * Return: 0; -EINTR when @killable and the caller is being killed;
  * -ETIMEDOUT when @timeout jiffies (0: no limit) have passed, at once for
@@ -212,10 +217,8 @@ static bool phxfs_page_idle(struct page *page)
 static int phxfs_reg_wait_pages(struct phxfs_reg *reg, unsigned long *cursor,
 				bool killable, unsigned long timeout)
 {
-	wait_queue_head_t *wq = &reg->dev->claim_wq;
 	unsigned long start = jiffies, poll = 1;
 	bool told = false;
-	long left;
 
 	for (; *cursor < reg->npages; (*cursor)++) {
 		struct page *page = reg->pages[*cursor];
@@ -230,13 +233,11 @@ static int phxfs_reg_wait_pages(struct phxfs_reg *reg, unsigned long *cursor,
 				told = true;
 			}
 			if (killable) {
-				left = wait_event_killable_timeout(
-					*wq, phxfs_page_idle(page), poll);
-				if (left < 0)
+				schedule_timeout_killable(poll);
+				if (fatal_signal_pending(current))
 					return -EINTR;
 			} else {
-				wait_event_timeout(*wq, phxfs_page_idle(page),
-						   poll);
+				schedule_timeout_uninterruptible(poll);
 			}
 			poll = min_t(unsigned long, poll * 2,
 				     PHXFS_IDLE_POLL_MAX);
@@ -295,29 +296,89 @@ static void phxfs_reg_finish(struct phxfs_reg *reg)
 }
 
 /*
- * Finishes a teardown whose caller stopped waiting for the pages.  User
- * space can hold their references for as long as it likes (a vmsplice'd
- * pipe, io_uring fixed buffers), so this looks again every
- * PHXFS_IDLE_POLL_MAX rather than sleeping in a worker: held pages then
- * occupy no worker, and other teardowns do not queue behind them.
+ * A quarantined registration's pages are idle at last: let them go.  Its
+ * revocation has already given the memory back to the provider.
  */
-static void phxfs_reg_finish_work(struct work_struct *work)
+static void phxfs_reg_release_quarantine(struct phxfs_reg *reg)
 {
-	struct phxfs_reg *reg =
-		container_of(to_delayed_work(work), struct phxfs_reg, finish);
+	struct phxfs_dev *dev = reg->dev;
 
-	if (!phxfs_reg_drained(reg)) {
-		queue_delayed_work(phxfs_wq, &reg->finish, PHXFS_IDLE_POLL_MAX);
-		return;
+	phxfs_reg_unclaim(reg);
+	pr_info_ratelimited("dev%u: handle %llu: the pages held past its revocation are free\n",
+		dev->index, reg->handle);
+	/* Counted live until now: regs_live 0 means nothing is held. */
+	atomic64_dec(&dev->stats.regs_live);
+	phxfs_reg_put(reg);
+}
+
+/*
+ * The device's poller: finishes each held registration whose pages are
+ * idle now, a teardown whose caller stopped waiting (RELEASING) or a
+ * quarantine after a revocation, and looks again in PHXFS_IDLE_POLL_MAX
+ * while any is left.  User space can hold the references for as long as
+ * it likes, so nothing sleeps on them: one work item per device wakes ten
+ * times a second however many registrations are held, and occupies no
+ * worker in between.
+ */
+static void phxfs_reg_poll_held(struct work_struct *work)
+{
+	struct phxfs_dev *dev =
+		container_of(to_delayed_work(work), struct phxfs_dev, held_poll);
+	struct phxfs_reg *reg, *next;
+	LIST_HEAD(idle);
+
+	mutex_lock(&dev->held_lock);
+	list_for_each_entry_safe(reg, next, &dev->held, held_node)
+		if (phxfs_reg_drained(reg))
+			list_move_tail(&reg->held_node, &idle);
+	if (!list_empty(&dev->held))
+		queue_delayed_work(phxfs_wq, &dev->held_poll,
+				   PHXFS_IDLE_POLL_MAX);
+	mutex_unlock(&dev->held_lock);
+
+	list_for_each_entry_safe(reg, next, &idle, held_node) {
+		list_del_init(&reg->held_node);
+		if (reg->quarantined)
+			phxfs_reg_release_quarantine(reg);
+		else
+			phxfs_reg_finish(reg);
+		/*
+		 * Taken when the registration was handed over, so that rmmod
+		 * fails with EBUSY meanwhile instead of waiting on user
+		 * space.  Once the last is dropped, phxfs_exit() may run: its
+		 * destroy_workqueue() waits for this function to return
+		 * before the module's text goes away.
+		 */
+		module_put(THIS_MODULE);
 	}
-	phxfs_reg_finish(reg);
-	/*
-	 * Taken when the teardown was deferred, so that rmmod fails with
-	 * EBUSY meanwhile instead of waiting on user space.  Once it is
-	 * dropped, phxfs_exit() may run: its destroy_workqueue() waits for
-	 * this function to return before the module's text goes away.
-	 */
-	module_put(THIS_MODULE);
+}
+
+/*
+ * Hands @reg, zapped and with a page still referenced, to its device's
+ * poller, which finishes it once every page is idle.  held_lock orders
+ * this addition against the poller's decision to look again, so no entry
+ * is left without a look coming.
+ */
+static void phxfs_reg_hold(struct phxfs_reg *reg)
+{
+	struct phxfs_dev *dev = reg->dev;
+
+	__module_get(THIS_MODULE);
+	mutex_lock(&dev->held_lock);
+	list_add_tail(&reg->held_node, &dev->held);
+	queue_delayed_work(phxfs_wq, &dev->held_poll, PHXFS_IDLE_POLL_MAX);
+	mutex_unlock(&dev->held_lock);
+}
+
+/**
+ * phxfs_reg_dev_init() - set up @dev's poller of held registrations.
+ * @dev: device being created.
+ */
+void phxfs_reg_dev_init(struct phxfs_dev *dev)
+{
+	mutex_init(&dev->held_lock);
+	INIT_LIST_HEAD(&dev->held);
+	INIT_DELAYED_WORK(&dev->held_poll, phxfs_reg_poll_held);
 }
 
 /**
@@ -419,8 +480,8 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 	reg->owner_uid = current_uid();
 	reg->owner_pid = task_tgid_nr(current);
 	atomic_set(&reg->state, PHXFS_REG_GONE);
-	INIT_DELAYED_WORK(&reg->finish, phxfs_reg_finish_work);
-	INIT_DELAYED_WORK(&reg->unclaim, phxfs_reg_unclaim_work);
+	INIT_LIST_HEAD(&reg->held_node);
+	init_waitqueue_head(&reg->unclaimed);
 	INIT_DELAYED_WORK(&reg->put_later, phxfs_reg_put_later_work);
 	/* Before the page table, the one thing sized by the caller. */
 	ret = phxfs_user_charge(reg->owner_uid, length);
@@ -546,38 +607,10 @@ void phxfs_reg_teardown(struct phxfs_reg *reg, unsigned long wait)
 	if (ret) {
 		if (ret == -ETIMEDOUT)
 			WRITE_ONCE(reg->held, true);
-		__module_get(THIS_MODULE);
-		queue_delayed_work(phxfs_wq, &reg->finish, PHXFS_IDLE_POLL_MAX);
+		phxfs_reg_hold(reg);
 		return;
 	}
 	phxfs_reg_finish(reg);
-}
-
-/*
- * A provider revocation gave up waiting for references user space holds:
- * keep the pages claimed, so that phxfs maps them to nobody else, until
- * the last reference is gone.
- */
-static void phxfs_reg_unclaim_work(struct work_struct *work)
-{
-	struct phxfs_reg *reg =
-		container_of(to_delayed_work(work), struct phxfs_reg, unclaim);
-	struct phxfs_dev *dev = reg->dev;
-
-	/* As phxfs_reg_finish_work(): no worker sleeps on held pages. */
-	if (!phxfs_reg_drained(reg)) {
-		queue_delayed_work(phxfs_wq, &reg->unclaim,
-				   PHXFS_IDLE_POLL_MAX);
-		return;
-	}
-	phxfs_reg_unclaim(reg);
-	pr_info_ratelimited("dev%u: handle %llu: the pages held past its revocation are free\n",
-		dev->index, reg->handle);
-	phxfs_reg_put(reg);
-	/* Counted live until now: regs_live 0 means nothing is held. */
-	atomic64_dec(&dev->stats.regs_live);
-	/* As in phxfs_reg_finish_work(). */
-	module_put(THIS_MODULE);
 }
 
 static void phxfs_reg_put_later_work(struct work_struct *work)
@@ -586,7 +619,7 @@ static void phxfs_reg_put_later_work(struct work_struct *work)
 		container_of(to_delayed_work(work), struct phxfs_reg, put_later);
 
 	phxfs_reg_put(reg);
-	/* As in phxfs_reg_finish_work(). */
+	/* As in phxfs_reg_poll_held(). */
 	module_put(THIS_MODULE);
 }
 
@@ -636,10 +669,9 @@ bool phxfs_reg_revoke_begin(struct phxfs_reg *reg, unsigned long timeout)
 		pr_warn_ratelimited("dev%u: handle %llu: page %lu still referenced after its memory was freed (vmsplice, io_uring fixed buffer?); kept from reuse until released\n",
 			reg->dev->index, reg->handle, reg->idle_upto);
 		reg->quarantined = true;
+		/* The poller's, dropped once the pages are idle. */
 		kref_get(&reg->ref);
-		__module_get(THIS_MODULE);
-		queue_delayed_work(phxfs_wq, &reg->unclaim,
-				   PHXFS_IDLE_POLL_MAX);
+		phxfs_reg_hold(reg);
 		return true;
 	}
 	phxfs_reg_unclaim(reg);
