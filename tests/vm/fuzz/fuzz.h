@@ -20,6 +20,8 @@
 
 #define FZ_MAX_DEVICES 8
 #define FZ_MAX_FILES 6
+/* Descriptors a fuzzed process may hold: closed ones stay taken (op_close). */
+#define FZ_MAX_FDS (1 << 18)
 #define FZ_MAX_SLOTS 12
 #define FZ_TRACE 48
 #define FZ_IO_MAX (256 * 1024)
