@@ -21,6 +21,7 @@
 
 #include "vmtest.h"
 #include "vmtest_pcibar.h"
+#include "vmtest_uffd.h"
 
 #define LISTING "/proc/driver/phxfs"
 /*
@@ -285,39 +286,37 @@ static int count_phxfs_work(unsigned int seconds) {
 }
 
 /*
- * Finding 4: every registration a holder keeps past its teardown used to
+ * Finding 4: every registration a holder kept past its teardown used to
  * poll its pages with its own work item, ten times a second each.  Now one
  * poller per device looks at all of them: 32 held registrations cost about
  * 10 work items a second, not 320, and all go within a poll of their
- * holder letting go.
+ * holder letting go.  The holders are O_DIRECT reads that userfaultfd
+ * stalls (vmtest_uffd.h), which hold device pages on every kernel.
  */
 #define POLLED 32
 
 static int t_one_poller(char *detail, size_t len) {
+  static struct uffd_holder h[POLLED];
   const uint64_t size = 64 * KiB;
   struct phxfs_register r[POLLED];
   struct listed l;
-  int fds[2], fd = phx_open_dev(0), i, works, listed = 0, waited;
+  int fd = phx_open_dev(0), i, works, listed = 0, waited, held = 0, resolved = 0, got;
 
-  EXPECT(fd >= 0 && !pipe(fds), "setup");
-  EXPECT(fcntl(fds[1], F_SETPIPE_SZ, (int)(POLLED * 4 * KiB)) >= 0, "F_SETPIPE_SZ: %s",
-         strerror(errno));
+  EXPECT(fd >= 0, "open");
   for (i = 0; i < POLLED; i++) {
     unsigned char *map;
-    struct iovec iov;
-    ssize_t spliced;
 
+    got = uffd_holder_start(&h[i], 4 * KiB, 0x5a, detail, len);
+    if (got) {
+      while (i--)
+        uffd_holder_stop(&h[i]);
+      close(fd);
+      return got;
+    }
     EXPECT(!phx_register(fd, HELD_AREA + (uint64_t)i * size, size, &r[i]) &&
                (map = phx_map(fd, &r[i])),
            "registration %d: %s", i, strerror(errno));
-    memset(map, 0x5a, 4 * KiB);
-    iov = (struct iovec){map, 4 * KiB};
-    spliced = vmsplice(fds[1], &iov, 1, 0);
-    if (spliced < 0 && errno == EREMOTEIO) {
-      close(fd);
-      return hold_refused(fds, "nothing is held for a poller to watch", detail, len);
-    }
-    EXPECT(spliced == (ssize_t)(4 * KiB), "vmsplice %d: %zd %s", i, spliced, strerror(errno));
+    held += !uffd_holder_hold(&h[i], map);
     EXPECT(!munmap(map, size), "munmap");
   }
   /* The last close waits 250 ms for them all, then hands them over. */
@@ -325,8 +324,10 @@ static int t_one_poller(char *detail, size_t len) {
   for (i = 0; i < POLLED; i++)
     listed += find_listed(0, r[i].handle, &l) == 1 && !strcmp(l.state, "held");
   works = count_phxfs_work(1);
-  close(fds[0]);
-  close(fds[1]);
+  for (i = 0; i < POLLED; i++) {
+    resolved += h[i].reader && !uffd_holder_resolve(&h[i]);
+    uffd_holder_stop(&h[i]);
+  }
   for (waited = 0; waited < 50; waited++) {
     int left = 0;
 
@@ -336,6 +337,8 @@ static int t_one_poller(char *detail, size_t len) {
       break;
     usleep(20000);
   }
+  EXPECT(held == POLLED && resolved == POLLED, "%d of %d reads stalled, %d finished", held, POLLED,
+         resolved);
   EXPECT(listed == POLLED, "%d of %d registrations listed held after their file closed", listed,
          POLLED);
   EXPECT(works >= 0, "no workqueue tracepoint under %s", TRACING);
@@ -343,10 +346,10 @@ static int t_one_poller(char *detail, size_t len) {
          "%d work items of phxfs ran in 1 s with %d held registrations on one device, want "
          "one poller's 10",
          works, POLLED);
-  EXPECT(waited < 50, "held registrations still listed 1 s after the pipe closed");
+  EXPECT(waited < 50, "held registrations still listed 1 s after their reads went on");
   snprintf(detail, len,
-           "%d registrations a pipe held: %d phxfs work items in 1 s (one poller per device), "
-           "all gone %d ms after the pipe closed",
+           "%d registrations held by stalled reads: %d phxfs work items in 1 s (one poller per "
+           "device), all gone %d ms after the reads went on",
            POLLED, works, waited * 20);
   return 0;
 }

@@ -38,6 +38,7 @@
 #include "vmtest_fuse.h"
 #include "vmtest_pcibar.h"
 #include "vmtest_rdma.h"
+#include "vmtest_uffd.h"
 
 static const char *raw_path;
 static uint64_t disk_size;
@@ -1035,6 +1036,7 @@ struct holder_ops {
 struct holder {
   struct fuse_holder fuse;
   struct rdma_holder rdma;
+  struct uffd_holder uffd;
   /* FUSE: the read that the daemon holds, on a thread. */
   pthread_t reader;
   const char *path;
@@ -1121,6 +1123,29 @@ static void rdma_release(struct holder *h) {
 
 static void rdma_stop(struct holder *h) {
   rdma_holder_stop(&h->rdma);
+}
+
+static int uffd_start(struct holder *h, uint64_t size, unsigned char landing, char *detail,
+                      size_t len) {
+  return uffd_holder_start(&h->uffd, size, landing, detail, len);
+}
+
+static int uffd_hold(struct holder *h, unsigned char *map, uint64_t size) {
+  (void)size;
+  return uffd_holder_hold(&h->uffd, map);
+}
+
+/* User space supplies the missing page: the read goes on into the pinned device pages. */
+static int uffd_land(struct holder *h) {
+  return uffd_holder_resolve(&h->uffd);
+}
+
+static void uffd_release(struct holder *h) {
+  (void)h;
+}
+
+static void uffd_stop(struct holder *h) {
+  uffd_holder_stop(&h->uffd);
 }
 
 static bool all_bytes(const unsigned char *p, unsigned char want, size_t n) {
@@ -1262,12 +1287,25 @@ static const struct holder_ops rdma_region_holder = {
     .stop = rdma_stop,
 };
 
+static const struct holder_ops uffd_read_holder = {
+    .what = "an O_DIRECT read that userfaultfd stalls",
+    .start = uffd_start,
+    .hold = uffd_hold,
+    .land = uffd_land,
+    .release = uffd_release,
+    .stop = uffd_stop,
+};
+
 static int t_fuse_holder(char *detail, size_t len) {
   return holder_outlives_registration(&fuse_read_holder, detail, len);
 }
 
 static int t_rdma_holder(char *detail, size_t len) {
   return holder_outlives_registration(&rdma_region_holder, detail, len);
+}
+
+static int t_uffd_holder(char *detail, size_t len) {
+  return holder_outlives_registration(&uffd_read_holder, detail, len);
 }
 
 static int t_refused(char *detail, size_t len) {
@@ -1360,6 +1398,7 @@ int vmtest_nvidia(const char *mode) {
     vm_run("nvidia/legacy_free_known_held", t_legacy_free_known_held);
     vm_run("nvidia/legacy_free_vs_fuse_read", t_fuse_holder);
     vm_run("nvidia/legacy_free_vs_rdma_region", t_rdma_holder);
+    vm_run("nvidia/legacy_free_vs_uffd_stalled_read", t_uffd_holder);
   } else {
     vm_run("nvidia/info", t_info);
     vm_run("nvidia/read_scattered_pages", t_read_scattered);
@@ -1372,6 +1411,7 @@ int vmtest_nvidia(const char *mode) {
     vm_run("nvidia/exit_with_pins", t_exit_with_pins);
     vm_run("nvidia/close_vs_fuse_read", t_fuse_holder);
     vm_run("nvidia/close_vs_rdma_region", t_rdma_holder);
+    vm_run("nvidia/close_vs_uffd_stalled_read", t_uffd_holder);
   }
   close(emu);
   return vm_failures() ? 1 : 0;
