@@ -411,12 +411,18 @@ static void *timed_free(void *p) {
   return NULL;
 }
 
-/* An emulated allocation registered, mapped, filled and vmsplice'd into a pipe. */
+/*
+ * An emulated allocation registered, mapped, filled and held by user space:
+ * vmsplice'd into a pipe, or (register_held with @uffd_fallback, on a kernel
+ * whose P2PDMA refuses the pipe) pinned by an O_DIRECT read userfaultfd stalls.
+ */
 struct piped {
   struct nvemu_alloc a;
   struct phxfs_register r;
   unsigned char *map;
   int fds[2];
+  bool by_uffd;
+  struct uffd_holder u;
 };
 
 /*
@@ -426,11 +432,14 @@ struct piped {
  * (CONFIG_PCI_P2PDMA: GUP without FOLL_PCI_P2PDMA refuses P2P pages,
  * EREMOTEIO), everything undone; -1 on failure.
  */
-static int register_held_by_pipe(int fd, uint64_t size, unsigned char fill, struct piped *p,
-                                 char *detail, size_t len) {
+static int register_held(int fd, uint64_t size, unsigned char fill, struct piped *p,
+                         bool uffd_fallback, char *detail, size_t len) {
   struct iovec iov;
   ssize_t spliced;
+  char why[160];
+  int got;
 
+  p->by_uffd = false;
   EXPECT(!emu_alloc(size, 0, &p->a) && !phx_register(fd, p->a.va, size, &p->r), "alloc+register");
   p->map = phx_map(fd, &p->r);
   EXPECT(p->map, "map");
@@ -441,12 +450,49 @@ static int register_held_by_pipe(int fd, uint64_t size, unsigned char fill, stru
   if (spliced < 0 && errno == EREMOTEIO) {
     close(p->fds[0]);
     close(p->fds[1]);
+    p->fds[0] = p->fds[1] = -1;
+    if (uffd_fallback) {
+      got = uffd_holder_start(&p->u, size, fill, why, sizeof(why));
+      EXPECT(got >= 0, "uffd holder: %s", why);
+      if (!got) {
+        got = uffd_holder_hold(&p->u, p->map);
+        if (!got) {
+          p->by_uffd = true;
+          return 0;
+        }
+        uffd_holder_stop(&p->u);
+        EXPECT(got == -EREMOTEIO, "a stalled O_DIRECT read: %s", strerror(-got));
+      }
+    }
     EXPECT(!munmap(p->map, size) && !phx_deregister(fd, p->r.handle) && !emu_free(p->a.va),
            "teardown");
     return 1;
   }
   EXPECT(spliced == (ssize_t)size, "vmsplice: %s", strerror(errno));
   return 0;
+}
+
+static int register_held_by_pipe(int fd, uint64_t size, unsigned char fill, struct piped *p,
+                                 char *detail, size_t len) {
+  return register_held(fd, size, fill, p, false, detail, len);
+}
+
+/*
+ * Ends user space's hold on @p: closes the pipe, or lets the stalled read
+ * finish (its DMA lands in whatever the pages are now: the test's point
+ * where the allocation was freed under a legacy pin).
+ */
+static const char *holder_name(const struct piped *p) {
+  return p->by_uffd ? "a stalled O_DIRECT read" : "a pipe";
+}
+
+static void release_hold(struct piped *p) {
+  if (p->by_uffd) {
+    uffd_holder_stop(&p->u);
+    return;
+  }
+  close(p->fds[0]);
+  close(p->fds[1]);
 }
 
 /*
@@ -732,13 +778,13 @@ static int open_and_hold(int *fd, struct nvemu_stats *before, struct piped *p, u
   after_give_up_windows();
   *fd = phx_open_dev(0);
   EXPECT(*fd >= 0 && !emu_stats(before), "setup");
-  held = register_held_by_pipe(*fd, 64 * KiB, fill, p, detail, len);
+  held = register_held(*fd, 64 * KiB, fill, p, true, detail, len);
   if (held) {
     close(*fd);
     if (held > 0)
       snprintf(detail, len,
-               "vmsplice cannot hold P2PDMA pages on this kernel (EREMOTEIO): "
-               "user space has no such hold on the free callbacks");
+               "neither vmsplice nor a stalled O_DIRECT read can hold these pages on this "
+               "kernel: user space has no such hold on the free callbacks");
   }
   return held;
 }
@@ -760,7 +806,7 @@ static void free_turns_child(int go, int back) {
   if (emu < 0 || fd < 0)
     _exit(10);
   for (i = 0; i < TURNS; i++)
-    if (register_held_by_pipe(fd, size, (unsigned char)(0x40 + i), &p[i], detail, sizeof(detail)))
+    if (register_held(fd, size, (unsigned char)(0x40 + i), &p[i], true, detail, sizeof(detail)))
       _exit(11);
   if (write(back, "r", 1) != 1)
     _exit(12);
@@ -769,8 +815,7 @@ static void free_turns_child(int go, int back) {
       _exit(13);
   }
   for (i = 0; i < TURNS; i++) {
-    close(p[i].fds[0]);
-    close(p[i].fds[1]);
+    release_hold(&p[i]);
     if (phx_deregister(fd, p[i].r.handle) || munmap(p[i].map, size))
       _exit(14);
   }
@@ -799,7 +844,7 @@ static int t_legacy_free_turns(char *detail, size_t len) {
   if (held)
     return held;
   for (i = 1; i < TURNS; i++)
-    EXPECT(!register_held_by_pipe(fd, size, (unsigned char)(0x3c + i), &p[i], detail, len),
+    EXPECT(!register_held(fd, size, (unsigned char)(0x3c + i), &p[i], true, detail, len),
            "register %d", i);
   EXPECT(!pipe(go) && !pipe(back), "pipes");
   child = fork();
@@ -828,10 +873,8 @@ static int t_legacy_free_turns(char *detail, size_t len) {
   close(back[0]);
   waitpid(child, &status, 0);
   set_revoke_wait_ms(5000);
-  for (i = 0; i < TURNS; i++) {
-    close(p[i].fds[0]);
-    close(p[i].fds[1]);
-  }
+  for (i = 0; i < TURNS; i++)
+    release_hold(&p[i]);
   EXPECT(!tuned, "set revoke_wait_ms: %s", strerror(-tuned));
   EXPECT(WIFEXITED(status) && !WEXITSTATUS(status), "child: status %#x", status);
   EXPECT(freed == TURNS, "cudaFree %d failed", freed);
@@ -847,12 +890,12 @@ static int t_legacy_free_turns(char *detail, size_t len) {
   /* Last, so that a failure leaves nothing behind for the next test. */
   EXPECT(took < 3.0,
          "%d frees taking turns between two processes took %.2f s (revoke_wait_ms 1000): each "
-         "waited in full for pages a pipe held",
-         2 * TURNS, took);
+         "waited in full for pages %s held",
+         2 * TURNS, took, holder_name(&p[0]));
   snprintf(detail, len,
-           "%d cudaFrees taking turns between two processes, a page of each held by a pipe, "
+           "%d cudaFrees taking turns between two processes, a page of each held by %s, "
            "took %.2f s (revoke_wait_ms 1000); nothing left",
-           2 * TURNS, took);
+           2 * TURNS, holder_name(&p[0]), took);
   return 0;
 }
 
@@ -879,8 +922,7 @@ static int t_legacy_free_known_held(char *detail, size_t len) {
   start = now_s();
   ret = emu_free(p.a.va);
   took = now_s() - start;
-  close(p.fds[0]);
-  close(p.fds[1]);
+  release_hold(&p);
   set_revoke_wait_ms(5000);
   EXPECT(!tuned, "set revoke_wait_ms: %s", strerror(-tuned));
   EXPECT(!ret, "cudaFree: %s", strerror(-ret));
@@ -899,8 +941,8 @@ static int t_legacy_free_known_held(char *detail, size_t len) {
          took);
   snprintf(detail, len,
            "cudaFree after the last close left a held page's teardown to a work item: %.2f s, "
-           "no second wait; nothing left once the pipe closed",
-           took);
+           "no second wait; nothing left once %s let go",
+           took, holder_name(&p));
   return 0;
 }
 

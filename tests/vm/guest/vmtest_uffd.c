@@ -51,7 +51,9 @@ int uffd_holder_start(struct uffd_holder *h, uint64_t size, unsigned char landin
   }
   static int made;
 
-  snprintf(h->path, sizeof(h->path), "%s/phx-uffd-holder-%d", dir ? dir : "/mnt/ext4", made++);
+  /* The pid too: a forked child's counter starts where its parent's was. */
+  snprintf(h->path, sizeof(h->path), "%s/phx-uffd-holder-%d-%d", dir ? dir : "/mnt/ext4",
+           (int)getpid(), made++);
   bytes = malloc(size + PAGE);
   fd = open(h->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (bytes)
