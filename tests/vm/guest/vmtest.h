@@ -32,6 +32,25 @@ int phx_register(int fd, uint64_t addr, uint64_t len, struct phxfs_register *out
 int phx_deregister(int fd, uint64_t handle);
 void *phx_map(int fd, const struct phxfs_register *reg);
 
+#define PHX_LISTING "/proc/driver/phxfs"
+#define PHX_PARAMS "/sys/module/phxfs/parameters/"
+/* Writes phxfs's module parameter @name; 0 or -errno. */
+int phx_set_param(const char *name, unsigned long value);
+/* One line of the listing. */
+struct phx_listed {
+  unsigned int dev;
+  unsigned long long handle, addr, bytes;
+  int pid;
+  unsigned int uid;
+  char state[24], pin[16];
+};
+/*
+ * Looks for the registration @handle of device @dev in PHX_LISTING; fills
+ * @out.  Returns 1 when listed, 0 when not, -1 when the listing cannot be
+ * read or has no header.
+ */
+int phx_find_listed(unsigned int dev, unsigned long long handle, struct phx_listed *out);
+
 void pattern_fill(void *buf, size_t len, uint64_t seed);
 void *ram_alloc(size_t len);
 int read_exact(int fd, void *buf, size_t len, uint64_t off);

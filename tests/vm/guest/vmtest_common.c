@@ -245,3 +245,39 @@ pid_t spawn_same_mm(int (*fn)(void *), void *arg) {
   c->arg = arg;
   return clone(same_mm_trampoline, stack + stack_size, CLONE_VM | SIGCHLD, c);
 }
+
+int phx_set_param(const char *name, unsigned long value) {
+  char path[128];
+  FILE *f;
+
+  snprintf(path, sizeof(path), PHX_PARAMS "%s", name);
+  f = fopen(path, "w");
+  if (!f)
+    return -errno;
+  fprintf(f, "%lu\n", value);
+  return fclose(f) ? -errno : 0;
+}
+
+int phx_find_listed(unsigned int dev, unsigned long long handle, struct phx_listed *out) {
+  FILE *f = fopen(PHX_LISTING, "r");
+  char line[256];
+  int found = 0;
+
+  if (!f || !fgets(line, sizeof(line), f) || strncmp(line, "dev handle pid uid", 18)) {
+    if (f)
+      fclose(f);
+    return -1;
+  }
+  while (!found && fgets(line, sizeof(line), f)) {
+    struct phx_listed l;
+
+    if (sscanf(line, "%u %llu %d %u %llx %llu %23s %15s", &l.dev, &l.handle, &l.pid, &l.uid,
+               &l.addr, &l.bytes, l.state, l.pin) == 8 &&
+        l.dev == dev && l.handle == handle) {
+      *out = l;
+      found = 1;
+    }
+  }
+  fclose(f);
+  return found;
+}

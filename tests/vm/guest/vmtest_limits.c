@@ -23,79 +23,28 @@
 #include "vmtest_pcibar.h"
 #include "vmtest_uffd.h"
 
-#define LISTING "/proc/driver/phxfs"
 /*
  * Where the tests that write into dev0 do: a range that no earlier group
  * reads evidence from (the host compares those ranges with the disk after
  * the run).
  */
 #define HELD_AREA (100 * MiB)
-#define PARAMS "/sys/module/phxfs/parameters/"
-
-static int set_param(const char *name, unsigned long value) {
-  char path[128];
-  FILE *f;
-
-  snprintf(path, sizeof(path), PARAMS "%s", name);
-  f = fopen(path, "w");
-  if (!f)
-    return -errno;
-  fprintf(f, "%lu\n", value);
-  return fclose(f) ? -errno : 0;
-}
-
-/* One line of the listing. */
-struct listed {
-  unsigned int dev;
-  unsigned long long handle, addr, bytes;
-  int pid;
-  unsigned int uid;
-  char state[24], pin[16];
-};
-
-/*
- * Looks for the registration @handle of device @dev in the listing; fills
- * @out.  Returns 1 when listed, 0 when not, -1 when the listing cannot be
- * read or has no header.
- */
-static int find_listed(unsigned int dev, unsigned long long handle, struct listed *out) {
-  FILE *f = fopen(LISTING, "r");
-  char line[256];
-  int found = 0;
-
-  if (!f || !fgets(line, sizeof(line), f) || strncmp(line, "dev handle pid uid", 18)) {
-    if (f)
-      fclose(f);
-    return -1;
-  }
-  while (!found && fgets(line, sizeof(line), f)) {
-    struct listed l;
-
-    if (sscanf(line, "%u %llu %d %u %llx %llu %23s %15s", &l.dev, &l.handle, &l.pid, &l.uid,
-               &l.addr, &l.bytes, l.state, l.pin) == 8 &&
-        l.dev == dev && l.handle == handle) {
-      *out = l;
-      found = 1;
-    }
-  }
-  fclose(f);
-  return found;
-}
 
 static int t_listing(char *detail, size_t len) {
   const uint64_t off = 3 * MiB;
   struct phxfs_register r;
-  struct listed l;
+  struct phx_listed l;
   struct stat st;
   int fd = phx_open_dev(0), found, status;
   pid_t child;
 
-  EXPECT(!stat(LISTING, &st), "stat %s: %s", LISTING, strerror(errno));
-  EXPECT((st.st_mode & 0777) == 0400 && st.st_uid == 0, "%s: mode %o uid %u", LISTING,
+  EXPECT(!stat(PHX_LISTING, &st), "stat %s: %s", PHX_LISTING, strerror(errno));
+  EXPECT((st.st_mode & 0777) == 0400 && st.st_uid == 0, "%s: mode %o uid %u", PHX_LISTING,
          st.st_mode & 0777, st.st_uid);
   EXPECT(fd >= 0 && !phx_register(fd, off, 64 * KiB, &r), "register: %s", strerror(errno));
-  found = find_listed(0, r.handle, &l);
-  EXPECT(found == 1, "handle %llu not in %s (%d)", (unsigned long long)r.handle, LISTING, found);
+  found = phx_find_listed(0, r.handle, &l);
+  EXPECT(found == 1, "handle %llu not in %s (%d)", (unsigned long long)r.handle, PHX_LISTING,
+         found);
   EXPECT(l.pid == getpid() && l.uid == 0 && l.addr == off && l.bytes == 64 * KiB &&
              !strcmp(l.state, "live") && !strcmp(l.pin, "bar"),
          "listed as pid %d uid %u addr %#llx bytes %llu state %s pin %s", l.pid, l.uid, l.addr,
@@ -107,20 +56,20 @@ static int t_listing(char *detail, size_t len) {
 
     if (setgid(65534) || setuid(65534))
       _exit(2);
-    opened = open(LISTING, O_RDONLY);
+    opened = open(PHX_LISTING, O_RDONLY);
     _exit(opened < 0 && errno == EACCES ? 0 : 1);
   }
   EXPECT(waitpid(child, &status, 0) == child && WIFEXITED(status) && !WEXITSTATUS(status),
-         "uid 65534 could read %s (status %#x)", LISTING, status);
+         "uid 65534 could read %s (status %#x)", PHX_LISTING, status);
   EXPECT(!phx_deregister(fd, r.handle), "deregister");
-  found = find_listed(0, r.handle, &l);
+  found = phx_find_listed(0, r.handle, &l);
   EXPECT(found == 0, "handle %llu still listed after DEREGISTER (%d)", (unsigned long long)r.handle,
          found);
   close(fd);
   snprintf(detail, len,
            "%s (0400, root): dev, handle, pid, uid, address, bytes, state live, pin bar; gone "
            "after DEREGISTER; uid 65534 gets EACCES",
-           LISTING);
+           PHX_LISTING);
   return 0;
 }
 
@@ -129,7 +78,7 @@ static int t_caps(char *detail, size_t len) {
   int fd0 = phx_open_dev(0), fd1 = phx_open_dev(1), tuned, third, third_errno, fourth;
 
   EXPECT(fd0 >= 0 && fd1 >= 0, "open");
-  tuned = set_param("max_regs_per_user", 2);
+  tuned = phx_set_param("max_regs_per_user", 2);
   EXPECT(!tuned, "max_regs_per_user: %s", strerror(-tuned));
   /* Counted over every device. */
   EXPECT(!phx_register(fd0, 0, 64 * KiB, &a) && !phx_register(fd1, 0, 64 * KiB, &b),
@@ -138,20 +87,20 @@ static int t_caps(char *detail, size_t len) {
   third_errno = errno;
   EXPECT(!phx_deregister(fd1, b.handle), "deregister");
   fourth = phx_register(fd0, 1 * MiB, 64 * KiB, &c);
-  set_param("max_regs_per_user", 65536);
+  phx_set_param("max_regs_per_user", 65536);
   EXPECT(third && third_errno == EDQUOT, "a third registration: %s, want EDQUOT",
          third ? strerror(third_errno) : "succeeded");
   EXPECT(!fourth, "after a DEREGISTER: %s", strerror(errno));
   EXPECT(!phx_deregister(fd0, a.handle) && !phx_deregister(fd0, c.handle), "deregister");
 
-  tuned = set_param("max_pinned_mib_per_user", 1);
+  tuned = phx_set_param("max_pinned_mib_per_user", 1);
   EXPECT(!tuned, "max_pinned_mib_per_user: %s", strerror(-tuned));
   EXPECT(!phx_register(fd1, 0, 1 * MiB, &a), "1 MiB: %s", strerror(errno));
   third = phx_register(fd0, 0, 64 * KiB, &b);
   third_errno = errno;
   EXPECT(!phx_deregister(fd1, a.handle), "deregister");
   fourth = phx_register(fd0, 0, 64 * KiB, &b);
-  set_param("max_pinned_mib_per_user", 0);
+  phx_set_param("max_pinned_mib_per_user", 0);
   EXPECT(third && third_errno == EDQUOT, "64 KiB past 1 MiB: %s, want EDQUOT",
          third ? strerror(third_errno) : "succeeded");
   EXPECT(!fourth && !phx_deregister(fd0, b.handle), "after a DEREGISTER: %s", strerror(errno));
@@ -183,7 +132,7 @@ static int hold_refused(int fds[2], const char *what, char *detail, size_t len) 
 static int t_held_after_exit(char *detail, size_t len) {
   const uint64_t off = HELD_AREA, size = 64 * KiB;
   struct phxfs_register r, mine;
-  struct listed l;
+  struct phx_listed l;
   int fds[2], report[2], status, found = -1, blocked, blocked_errno, fd, i;
   unsigned long long handle = 0;
   pid_t child;
@@ -218,15 +167,15 @@ static int t_held_after_exit(char *detail, size_t len) {
     return hold_refused(fds, "no registration outlives its owner here", detail, len);
   EXPECT(!WEXITSTATUS(status) && handle, "child: status %d", WEXITSTATUS(status));
   /* Its last close waited 250 ms and left the teardown to a work item. */
-  found = find_listed(0, handle, &l);
-  set_param("max_regs_per_user", 1);
+  found = phx_find_listed(0, handle, &l);
+  phx_set_param("max_regs_per_user", 1);
   fd = phx_open_dev(0);
   blocked = phx_register(fd, 0, 64 * KiB, &mine);
   blocked_errno = errno;
   if (!blocked)
     phx_deregister(fd, mine.handle);
   close(fd);
-  set_param("max_regs_per_user", 65536);
+  phx_set_param("max_regs_per_user", 65536);
   close(fds[0]);
   close(fds[1]);
   EXPECT(found == 1, "handle %llu of exited pid %d not listed (%d)", handle, (int)child, found);
@@ -236,7 +185,7 @@ static int t_held_after_exit(char *detail, size_t len) {
   EXPECT(blocked && blocked_errno == EDQUOT,
          "with max_regs_per_user 1 and the held one, REGISTER: %s, want EDQUOT",
          blocked ? strerror(blocked_errno) : "succeeded");
-  for (i = 0; i < 100 && (found = find_listed(0, handle, &l)) == 1; i++)
+  for (i = 0; i < 100 && (found = phx_find_listed(0, handle, &l)) == 1; i++)
     usleep(100000);
   EXPECT(found == 0, "still listed 10 s after the pipe closed (%d, state %s)", found, l.state);
   snprintf(detail, len,
@@ -299,7 +248,7 @@ static int t_one_poller(char *detail, size_t len) {
   static struct uffd_holder h[POLLED];
   const uint64_t size = 64 * KiB;
   struct phxfs_register r[POLLED];
-  struct listed l;
+  struct phx_listed l;
   int fd = phx_open_dev(0), i, works, listed = 0, waited, held = 0, resolved = 0, got;
 
   EXPECT(fd >= 0, "open");
@@ -322,7 +271,7 @@ static int t_one_poller(char *detail, size_t len) {
   /* The last close waits 250 ms for them all, then hands them over. */
   close(fd);
   for (i = 0; i < POLLED; i++)
-    listed += find_listed(0, r[i].handle, &l) == 1 && !strcmp(l.state, "held");
+    listed += phx_find_listed(0, r[i].handle, &l) == 1 && !strcmp(l.state, "held");
   works = count_phxfs_work(1);
   for (i = 0; i < POLLED; i++) {
     resolved += h[i].reader && !uffd_holder_resolve(&h[i]);
@@ -332,7 +281,7 @@ static int t_one_poller(char *detail, size_t len) {
     int left = 0;
 
     for (i = 0; i < POLLED; i++)
-      left += find_listed(0, r[i].handle, &l) == 1;
+      left += phx_find_listed(0, r[i].handle, &l) == 1;
     if (!left)
       break;
     usleep(20000);

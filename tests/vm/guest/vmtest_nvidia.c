@@ -946,6 +946,65 @@ static int t_legacy_free_known_held(char *detail, size_t len) {
   return 0;
 }
 
+/*
+ * Finding 5 of issue 37: pages a holder keeps after cudaFree stay claimed
+ * (quarantined), so nobody can register them.  What bounds that and shows
+ * it: the registration stays in the administrator's listing, quarantined,
+ * with its owner's pid and uid and its pin, and it counts against its
+ * owner's caps until the holder lets go.
+ */
+static int t_legacy_quarantine_listed_and_charged(char *detail, size_t len) {
+  const uint64_t size = 64 * KiB;
+  struct nvemu_stats before, after;
+  struct phxfs_register extra;
+  struct nvemu_alloc other;
+  struct phx_listed l;
+  struct piped p;
+  int fd, tuned, capped, capped_errno, found, gone = -1, i;
+
+  if ((i = open_and_hold(&fd, &before, &p, 0x51, detail, len)))
+    return i;
+  EXPECT(!emu_alloc(size, 0, &other), "second allocation");
+  tuned = set_revoke_wait_ms(200);
+  EXPECT(!tuned, "set revoke_wait_ms: %s", strerror(-tuned));
+  EXPECT(!emu_free(p.a.va), "cudaFree");
+  set_revoke_wait_ms(5000);
+  found = phx_find_listed(0, p.r.handle, &l);
+  /* One registration per user: the quarantined one must be what uses it up. */
+  EXPECT(!phx_set_param("max_regs_per_user", 1), "max_regs_per_user");
+  capped = phx_register(fd, other.va, size, &extra);
+  capped_errno = errno;
+  if (!capped)
+    phx_deregister(fd, extra.handle);
+  phx_set_param("max_regs_per_user", 65536);
+  emu_free(other.va);
+  release_hold(&p);
+  EXPECT(!phx_deregister(fd, p.r.handle) && !munmap(p.map, size), "teardown");
+  for (i = 0; i < 100 && (gone = phx_find_listed(0, p.r.handle, &l)) == 1; i++)
+    usleep(100000);
+  close(fd);
+  EXPECT(found == 1, "handle %llu not in %s after cudaFree (%d)", (unsigned long long)p.r.handle,
+         PHX_LISTING, found);
+  EXPECT(!strcmp(l.state, "quarantined") && l.pid == getpid() && l.uid == getuid() &&
+             l.bytes == size && !strcmp(l.pin, "legacy"),
+         "listed as state %s pid %d uid %u bytes %llu pin %s, want quarantined, %d, %u, %llu, "
+         "legacy",
+         l.state, l.pid, l.uid, l.bytes, l.pin, (int)getpid(), (unsigned)getuid(),
+         (unsigned long long)size);
+  EXPECT(capped && capped_errno == EDQUOT,
+         "max_regs_per_user 1 with only the quarantined registration: REGISTER %s, want EDQUOT",
+         capped ? strerror(capped_errno) : "succeeded");
+  EXPECT(gone == 0, "still listed 10 s after %s let go (%d)", holder_name(&p), gone);
+  EXPECT(!wait_pins_back(&before, &after) && after.pins_live == before.pins_live,
+         "pins %llu, were %llu", (unsigned long long)after.pins_live,
+         (unsigned long long)before.pins_live);
+  snprintf(detail, len,
+           "after cudaFree, pages %s keeps: listed quarantined with pid, uid and pin legacy, "
+           "counted against the user (EDQUOT at max_regs_per_user 1); gone once it let go",
+           holder_name(&p));
+  return 0;
+}
+
 static long module_refcount(void) {
   FILE *f = fopen("/sys/module/phxfs/refcnt", "r");
   long n = -1;
@@ -1438,6 +1497,7 @@ int vmtest_nvidia(const char *mode) {
     vm_run("nvidia/legacy_free_vs_many_held", t_legacy_free_vs_many_held);
     vm_run("nvidia/legacy_free_turns_between_processes", t_legacy_free_turns);
     vm_run("nvidia/legacy_free_known_held", t_legacy_free_known_held);
+    vm_run("nvidia/legacy_quarantine_listed_and_charged", t_legacy_quarantine_listed_and_charged);
     vm_run("nvidia/legacy_free_vs_fuse_read", t_fuse_holder);
     vm_run("nvidia/legacy_free_vs_rdma_region", t_rdma_holder);
     vm_run("nvidia/legacy_free_vs_uffd_stalled_read", t_uffd_holder);
