@@ -251,9 +251,15 @@ int t_walks_share_the_cpu(char *detail, size_t len) {
            "%d REGISTER/DEREGISTERs of %llu MiB pinned to one CPU beside a spinner: the "
            "spinner's longest wait in each, ms: %s; median %.1f ms",
            ops, (unsigned long long)(big / MiB), list, median * 1e3);
-  EXPECT(median < 0.015,
+  /*
+   * 25 ms: two CPU-bound tasks of one CPU share it in slices, and 6.1's
+   * CFS (sched_latency 12 ms with two CPUs, decided at 4 ms ticks) keeps
+   * the spinner waiting 8-16 ms beside walks that yield; 6.12's EEVDF and
+   * 7.2 4-10 ms.  A walk that never yields kept it off for 27-68 ms.
+   */
+  EXPECT(median < 0.025,
          "a walk over two million pages kept the CPU from another task for %.1f ms (median "
-         "over %d: %s), want under 15 ms",
+         "over %d: %s), want under 25 ms",
          median * 1e3, ops, list);
   return 0;
 }
