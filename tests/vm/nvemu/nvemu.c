@@ -35,8 +35,10 @@
 
 #include <linux/bitmap.h>
 #include <linux/fs.h>
+#include <linux/ktime.h>
 #include <linux/list.h>
 #include <linux/miscdevice.h>
+#include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
 #include <linux/pci.h>
@@ -141,22 +143,30 @@ static struct nvemu_alloc_rec *nvemu_find_alloc(u64 va, u64 len)
 
 static void nvemu_free_table(struct nvidia_p2p_page_table *t)
 {
-	u32 i;
-
 	if (!t)
 		return;
-	for (i = 0; i < t->entries; i++)
-		kfree(t->pages[i]);
-	kfree(t->pages);
+	/* The entries are one array (see nvemu_make_table()). */
+	if (t->entries)
+		kvfree(t->pages[0]);
+	kvfree(t->pages);
 	if (READ_ONCE(reuse) && !cmpxchg(&nvemu_recycled, NULL, t))
 		return;
 	kfree(t);
 }
 
-static int nvemu_make_table(struct nvemu_alloc_rec *a, u64 va, u64 len,
+/*
+ * Built outside nvemu_lock from a copy of the allocation's fields: a table
+ * of the whole high BAR is 131,072 entries, and the lock would keep every
+ * cudaFree (and the free callback timed in highbar-nvidia) behind it, which
+ * the driver does not do.  Its entries are one array, not one allocation
+ * each: with the rig's slub_debug those took a second per table, which
+ * would leave phxfs's own walks a small part of a large REGISTER.
+ */
+static int nvemu_make_table(const struct nvemu_alloc_rec *a, u64 va, u64 len,
 			    struct nvidia_p2p_page_table **out)
 {
 	struct nvidia_p2p_page_table *t;
+	struct nvidia_p2p_page *entries;
 	u32 n = len / NVEMU_GPU_PAGE, i;
 
 	t = xchg(&nvemu_recycled, NULL);
@@ -169,8 +179,11 @@ static int nvemu_make_table(struct nvemu_alloc_rec *a, u64 va, u64 len,
 	t->version = fault == 1 ? 0x00020000 : NVIDIA_P2P_PAGE_TABLE_VERSION;
 	t->page_size = fault == 2 ? NVIDIA_P2P_PAGE_SIZE_4KB :
 				    NVIDIA_P2P_PAGE_SIZE_64KB;
-	t->pages = kcalloc(n, sizeof(*t->pages), GFP_KERNEL);
-	if (!t->pages) {
+	t->pages = kvcalloc(n, sizeof(*t->pages), GFP_KERNEL);
+	entries = kvcalloc(n, sizeof(*entries), GFP_KERNEL);
+	if (!t->pages || !entries) {
+		kvfree(entries);
+		kvfree(t->pages);
 		kfree(t);
 		return -ENOMEM;
 	}
@@ -179,11 +192,7 @@ static int nvemu_make_table(struct nvemu_alloc_rec *a, u64 va, u64 len,
 		u64 page = (va - a->va) / NVEMU_GPU_PAGE + i;
 		u64 npages = a->length / NVEMU_GPU_PAGE;
 
-		t->pages[i] = kzalloc(sizeof(*t->pages[i]), GFP_KERNEL);
-		if (!t->pages[i]) {
-			nvemu_free_table(t);
-			return -ENOMEM;
-		}
+		t->pages[i] = &entries[i];
 		if (a->scatter && (page ^ 1) < npages)
 			page ^= 1;
 		t->pages[i]->physical_address =
@@ -191,6 +200,8 @@ static int nvemu_make_table(struct nvemu_alloc_rec *a, u64 va, u64 len,
 		if (fault == 3 && i == n - 1)
 			t->pages[i]->physical_address =
 				nvemu_bar_start + (u64)nvemu_nbits * NVEMU_GPU_PAGE;
+		if (!(i & 1023))
+			cond_resched();
 	}
 	*out = t;
 	return 0;
@@ -215,7 +226,7 @@ static bool nvemu_spent_drop_locked(const struct nvidia_p2p_page_table *t,
 static int nvemu_pin(u64 va, u64 len, struct nvidia_p2p_page_table **table,
 		     bool persistent, void (*cb)(void *data), void *data)
 {
-	struct nvemu_alloc_rec *a;
+	struct nvemu_alloc_rec *a, snap;
 	struct nvemu_pin *pin;
 	int ret;
 
@@ -233,9 +244,21 @@ static int nvemu_pin(u64 va, u64 len, struct nvidia_p2p_page_table **table,
 		ret = -EINVAL;
 		goto err;
 	}
-	ret = nvemu_make_table(a, va, len, &pin->table);
+	snap = *a;
+	mutex_unlock(&nvemu_lock);
+	ret = nvemu_make_table(&snap, va, len, &pin->table);
 	if (ret)
-		goto err;
+		goto err_unlocked;
+	mutex_lock(&nvemu_lock);
+	/* Freed meanwhile (and maybe allocated again elsewhere): not pinned. */
+	a = nvemu_find_alloc(va, len);
+	if (!a || a->va != snap.va || a->bar_offset != snap.bar_offset ||
+	    a->length != snap.length || a->scatter != snap.scatter) {
+		mutex_unlock(&nvemu_lock);
+		nvemu_free_table(pin->table);
+		ret = -EINVAL;
+		goto err_unlocked;
+	}
 	/* A new table at a spent one's address (and VA) is not that one. */
 	nvemu_spent_drop_locked(pin->table, va);
 	pin->alloc = a;
@@ -256,6 +279,7 @@ static int nvemu_pin(u64 va, u64 len, struct nvidia_p2p_page_table **table,
 	return 0;
 err:
 	mutex_unlock(&nvemu_lock);
+err_unlocked:
 	kfree(pin);
 	return ret;
 }
@@ -412,6 +436,7 @@ static int nvemu_free_alloc(struct nvemu_alloc_rec *a)
 	for (;;) {
 		void (*cb)(void *data) = NULL;
 		void *data = NULL;
+		ktime_t start, took;
 
 		mutex_lock(&nvemu_lock);
 		list_for_each_entry(pin, &a->pins, node) {
@@ -428,9 +453,12 @@ static int nvemu_free_alloc(struct nvemu_alloc_rec *a)
 		if (!cb)
 			break;
 		/* The callback must call nvidia_p2p_free_page_table(). */
+		start = ktime_get();
 		cb(data);
+		took = ktime_get() - start;
 		mutex_lock(&nvemu_lock);
 		nvemu_callbacks_running--;
+		nvemu_stats.last_callback_ns = took;
 		mutex_unlock(&nvemu_lock);
 	}
 

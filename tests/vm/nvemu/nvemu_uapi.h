@@ -38,6 +38,7 @@ struct nvemu_stats {
 	__u64 deferred_frees;
 	__u64 raced_puts; /* put_pages that met a callback and returned 0 */
 	__u64 foreign_puts; /* legacy put_pages from another process: 0, nothing freed */
+	__u64 last_callback_ns; /* how long the last free callback took to return */
 };
 
 /*
