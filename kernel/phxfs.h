@@ -23,6 +23,7 @@
 #include <linux/mutex.h>
 #include <linux/path.h>
 #include <linux/pci.h>
+#include <linux/semaphore.h>
 #include <linux/uidgid.h>
 #include <linux/wait.h>
 #include <linux/workqueue.h>
@@ -88,8 +89,14 @@ struct phxfs_dev {
 	void *p2p_kaddr;
 	bool p2pdma;
 	struct device *node;
-	/* Serialises claiming device pages for registrations (claim_lock). */
-	struct mutex claim_lock;
+	/*
+	 * Serialises claiming device pages for registrations.  A semaphore,
+	 * not a mutex: a walk over a large registration drops it between
+	 * batches, and up() hands it to the first waiter, where a mutex's
+	 * optimistic spinner never sees the moment between an unlock and the
+	 * walk's next lock and waits out the whole walk (see phxfs_reg.c).
+	 */
+	struct semaphore claim_sem;
 	/*
 	 * Registrations whose teardown or revocation stopped waiting for
 	 * their pages (a pipe, an io_uring fixed buffer holds them), each on

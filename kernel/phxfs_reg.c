@@ -78,11 +78,16 @@ void phxfs_reg_put(struct phxfs_reg *reg)
 #define PHXFS_CLAIM_WAIT (HZ)
 
 /*
- * Pages walked under claim_lock at a time (2 MiB with 4 KiB pages).  The
- * lock is dropped and the CPU offered between batches: a registration of
- * a whole large GPU (37 million pages for 141 GiB) neither holds every
+ * Pages walked under claim_sem at a time (2 MiB with 4 KiB pages).  The
+ * semaphore is dropped and the CPU offered between batches: a registration
+ * of a whole large GPU (37 million pages for 141 GiB) neither holds every
  * other claim and release of the device (a free callback's among them)
- * for its whole walk, nor the CPU long enough for a soft lockup.
+ * for its whole walk, nor the CPU long enough for a soft lockup.  up()
+ * with a waiter hands the semaphore to it, so the walk's next down() waits
+ * its turn: the longest anyone waits is one batch per task ahead of it.
+ * (With a mutex, a waiter spinning on the walk's task saw it own the lock
+ * throughout, an unlock followed at once by the next lock, and waited out
+ * the whole walk: 8-20 ms in the rig's 8 GiB, highbar-nvidia's test.)
  */
 #define PHXFS_CLAIM_BATCH 512UL
 
@@ -94,11 +99,11 @@ static void phxfs_reg_unclaim_upto(struct phxfs_reg *reg, unsigned long end)
 
 	while (i < end) {
 		stop = min(end, i + PHXFS_CLAIM_BATCH);
-		mutex_lock(&dev->claim_lock);
+		down(&dev->claim_sem);
 		for (; i < stop; i++)
 			if (reg->pages[i]->zone_device_data == reg)
 				reg->pages[i]->zone_device_data = NULL;
-		mutex_unlock(&dev->claim_lock);
+		up(&dev->claim_sem);
 		cond_resched();
 	}
 }
@@ -127,7 +132,7 @@ static struct phxfs_reg *phxfs_reg_try_claim(struct phxfs_reg *reg,
 
 	while (i < reg->npages && !owner) {
 		stop = min(reg->npages, i + PHXFS_CLAIM_BATCH);
-		mutex_lock(&dev->claim_lock);
+		down(&dev->claim_sem);
 		for (; i < stop; i++) {
 			owner = reg->pages[i]->zone_device_data;
 			if (owner)
@@ -138,7 +143,7 @@ static struct phxfs_reg *phxfs_reg_try_claim(struct phxfs_reg *reg,
 			*busy = reg->pages[i];
 			/*
 			 * Alive: every path releases a registration's claim,
-			 * under claim_lock, before it drops the reference
+			 * under claim_sem, before it drops the reference
 			 * that its claim stands for.
 			 */
 			kref_get(&owner->ref);
@@ -146,7 +151,7 @@ static struct phxfs_reg *phxfs_reg_try_claim(struct phxfs_reg *reg,
 			*dying = state == PHXFS_REG_RELEASING ||
 				 state == PHXFS_REG_REVOKING;
 		}
-		mutex_unlock(&dev->claim_lock);
+		up(&dev->claim_sem);
 		cond_resched();
 	}
 	if (owner)

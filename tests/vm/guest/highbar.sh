@@ -34,6 +34,19 @@ if insmod $here/phxfs.ko "pcibar=$high@2" dyndbg=+p 2>/tmp/insmod.err; then
 	result highbar/reach pass "${reach:-the direct map's reach is not logged on this architecture}"
 	$here/phx-vmtest highbar || failed=1
 	rmmod phxfs || result highbar/rmmod fail "rmmod phxfs"
+	# The same BAR as a GPU's BAR1 under the NVIDIA provider (the
+	# emulation): a free callback timed while another process walks it.
+	if insmod $here/nvemu.ko "bdf=$high"; then
+		if insmod $here/phxfs.ko "nvidia=$high@2" nv_api=legacy; then
+			$here/phx-vmtest highbar-nvidia || failed=1
+			rmmod phxfs || result highbar/rmmod_nvidia fail "rmmod phxfs (nvidia)"
+		else
+			result highbar/load_nvidia fail "insmod phxfs nvidia=$high@2 nv_api=legacy: $(dmesg | tail -n 2 | tr -d '"\\')"
+		fi
+		rmmod nvemu || result highbar/rmmod_nvemu fail "rmmod nvemu (it reports leaked pins)"
+	else
+		result highbar/load_nvemu fail "insmod nvemu bdf=$high"
+	fi
 elif dmesg | grep -q "lies beyond the kernel's direct map.*nokaslr"; then
 	result highbar/load pass "refused at load: $(dmesg | grep -o 'BAR 2 \[.*' | head -n 1 | tr -d '"\\' | cut -c1-160)"
 else

@@ -24,13 +24,15 @@ int main(int argc, char **argv) {
     return vmtest_p2p_pool(argv[2]);
   if (argc >= 2 && !strcmp(argv[1], "limits"))
     return vmtest_limits();
+  if (argc >= 2 && !strcmp(argv[1], "highbar-nvidia"))
+    return vmtest_high_bar_nvidia();
   if (argc >= 2 && !strcmp(argv[1], "highbar"))
     return vmtest_high_bar();
   if (argc >= 3 && !strcmp(argv[1], "nvidia"))
     return vmtest_nvidia(argv[2]);
   fprintf(stderr,
           "usage: phx-vmtest pcibar | many | access | limits | p2p | p2p-pool owned|foreign | "
-          "highbar | "
+          "highbar | highbar-nvidia | "
           "nvidia persistent|legacy|missing|appeared\n");
   return 2;
 }

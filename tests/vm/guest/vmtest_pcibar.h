@@ -12,4 +12,6 @@ int vmtest_high_bar(void);
 /* vmtest_walks.c: the high BAR's claim walks yield (highbar.sh). */
 int t_claim_walks_yield(char *detail, size_t len);
 int t_walks_share_the_cpu(char *detail, size_t len);
+/* The same, with nvemu on the high BAR: a free callback beside the walks. */
+int vmtest_high_bar_nvidia(void);
 #endif
