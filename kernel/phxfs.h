@@ -174,7 +174,10 @@ struct phxfs_reg {
 	wait_queue_head_t unclaimed;
 	/* Drops a provider's late reference (phxfs_reg_put_later()). */
 	struct delayed_work put_later;
-	/* Revoked with pages still referenced: live until unclaim has run. */
+	/*
+	 * Revoked with pages still referenced: claimed, listed and charged
+	 * until the device's poller finds them idle and releases it.
+	 */
 	bool quarantined;
 	/*
 	 * A teardown's bounded wait found a page still referenced: a
