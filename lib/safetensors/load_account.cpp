@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: MIT
+// The loader's account stage: what each file got (load_stages.hpp).
+#include <string>
+#include <vector>
+
+#include "safetensors/load_stages.hpp"
+
+namespace phx::safetensors::stage {
+
+std::vector<FileReadStats> account_files(const Checkpoint &ckpt, const std::vector<Target> &targets,
+                                         const ReadRoutes &routes, const LoadOptions &options,
+                                         const DeviceOf &device) {
+  std::vector<FileReadStats> per_file(ckpt.files.size());
+  for (std::size_t f = 0; f < per_file.size(); ++f) {
+    FileReadStats &fs = per_file[f];
+    fs.path = ckpt.files[f].path;
+    const Target *first = nullptr;
+    for (const Target &t : targets) {
+      if (t.segment->file == f) {
+        fs.bytes += t.segment->bytes();
+        first = first != nullptr ? first : &t;
+      }
+    }
+    const ReadDecision &d = routes.decisions[f];
+    fs.direct = d.mode != DirectIo::off;
+    fs.resident = d.resident;
+    fs.why = d.why;
+    if (routes.streamed[f] != 0) {
+      fs.path_taken = "stream";
+      fs.threads = 1;
+      fs.request_bytes = stream_request(options);
+      fs.depth = stream_depth(options);
+      continue;
+    }
+    if (first == nullptr) {
+      fs.direct = false;
+      fs.why = "not read: none of its tensors were asked for";
+      continue;
+    }
+    const Device &dev = device(first->segment->device);
+    if (first->registration.host_view() != nullptr) {
+      fs.path_taken = "queue";
+      fs.threads = 1;
+      fs.request_bytes = options.chunk_size;
+      fs.depth = options.queue_depth;
+    } else {
+      const Options &o = dev.options();
+      const bool copy_threads = dev.engine() == Engine::compat;
+      fs.path_taken = "engine";
+      fs.threads = copy_threads ? o.copy_threads : 1;
+      fs.request_bytes = fs.direct ? o.copy_direct_chunk : o.copy_chunk;
+      fs.depth = copy_threads ? std::size_t{o.copy_threads} * o.copy_depth : 1;
+    }
+  }
+  return per_file;
+}
+
+}  // namespace phx::safetensors::stage
