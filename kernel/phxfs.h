@@ -93,8 +93,8 @@ struct phxfs_dev {
 	 * Serialises claiming device pages for registrations.  A semaphore,
 	 * not a mutex: a walk over a large registration drops it between
 	 * batches, and up() hands it to the first waiter, where a mutex's
-	 * optimistic spinner never sees the moment between an unlock and the
-	 * walk's next lock and waits out the whole walk (see phxfs_reg.c).
+	 * optimistic spinner seldom sees the moment between an unlock and the
+	 * walk's next lock and waits out most of the walk (see phxfs_reg.c).
 	 */
 	struct semaphore claim_sem;
 	/*

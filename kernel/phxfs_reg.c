@@ -87,7 +87,7 @@ void phxfs_reg_put(struct phxfs_reg *reg)
  * its turn: the longest anyone waits is one batch per task ahead of it.
  * (With a mutex, a waiter spinning on the walk's task saw it own the lock
  * throughout, an unlock followed at once by the next lock, and waited out
- * the whole walk: 8-20 ms in the rig's 8 GiB, highbar-nvidia's test.)
+ * most of the walk: 4-19 ms over the rig's 8 GiB in highbar-nvidia's test.)
  */
 #define PHXFS_CLAIM_BATCH 512UL
 

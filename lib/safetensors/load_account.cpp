@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The loader's account stage: what each file got (load_stages.hpp).
+// The loader's account stage: what each file got, and where each tensor
+// landed (load_stages.hpp).
 #include <string>
 #include <vector>
 
@@ -53,6 +54,27 @@ std::vector<FileReadStats> account_files(const Checkpoint &ckpt, const std::vect
     }
   }
   return per_file;
+}
+
+std::vector<LoadedTensor> loaded_tensors(const Checkpoint &ckpt,
+                                         const std::vector<Target> &targets) {
+  std::vector<LoadedTensor> tensors;
+  tensors.reserve(ckpt.tensor_count());
+  for (const Target &t : targets) {
+    const FileHeader &file = ckpt.files[t.segment->file];
+    for (const std::size_t index : t.segment->tensors) {
+      const TensorInfo &info = file.tensors[index];
+      LoadedTensor lt;
+      lt.info = &info;
+      lt.device = t.segment->device;
+      lt.cuda_ordinal = t.ordinal;
+      lt.memory = t.memory;
+      lt.data = t.base + (file.data_offset() + info.begin - t.segment->file_begin);
+      lt.owner = t.owner;
+      tensors.push_back(std::move(lt));
+    }
+  }
+  return tensors;
 }
 
 }  // namespace phx::safetensors::stage

@@ -43,25 +43,4 @@ std::vector<Target> prepare_targets(const Checkpoint &ckpt, const LoadPlan &plan
   return targets;
 }
 
-std::vector<LoadedTensor> loaded_tensors(const Checkpoint &ckpt,
-                                         const std::vector<Target> &targets) {
-  std::vector<LoadedTensor> tensors;
-  tensors.reserve(ckpt.tensor_count());
-  for (const Target &t : targets) {
-    const FileHeader &file = ckpt.files[t.segment->file];
-    for (const std::size_t index : t.segment->tensors) {
-      const TensorInfo &info = file.tensors[index];
-      LoadedTensor lt;
-      lt.info = &info;
-      lt.device = t.segment->device;
-      lt.cuda_ordinal = t.ordinal;
-      lt.memory = t.memory;
-      lt.data = t.base + (file.data_offset() + info.begin - t.segment->file_begin);
-      lt.owner = t.owner;
-      tensors.push_back(std::move(lt));
-    }
-  }
-  return tensors;
-}
-
 }  // namespace phx::safetensors::stage

@@ -63,7 +63,7 @@ struct ReadRoutes {
   // A file the routing opened and found buffered, for its worker; null
   // where the worker opens it (and decides) itself.
   std::vector<std::unique_ptr<File>> opened;
-  std::vector<ReadDecision> decisions;           // decided here for streamed files
+  std::vector<ReadDecision> decisions;           // here for staged files, else by the worker
   std::vector<char> streamed;                    // nonzero: its GPU's stream reads it
   std::map<int, std::vector<Streamed>> streams;  // by device, in file order
   std::vector<std::unique_ptr<File>> streamed_files;

@@ -206,15 +206,11 @@ static int pin_to_cpu(int cpu) {
   return errno ? -1 : 0;
 }
 
-static void pin_to_cpu0(void) {
-  pin_to_cpu(0);
-}
-
 static void *spin(void *arg) {
   struct spinner *sp = arg;
   double last, now;
 
-  pin_to_cpu0();
+  (void)pin_to_cpu(0);
   last = now_s();
   while (!sp->stop) {
     now = now_s();
@@ -255,7 +251,7 @@ int t_walks_share_the_cpu(char *detail, size_t len) {
          (unsigned long long)(info.bar_size / MiB));
   big = info.bar_size - 2 * MiB;
   EXPECT(!pthread_getaffinity_np(pthread_self(), sizeof(mask), &mask), "affinity");
-  pin_to_cpu0();
+  (void)pin_to_cpu(0);
   memset(&sp, 0, sizeof(sp));
   EXPECT(!pthread_create(&th, NULL, spin, &sp), "thread");
   usleep(100000);
