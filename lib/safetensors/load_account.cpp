@@ -18,7 +18,11 @@ std::vector<FileReadStats> account_files(const Checkpoint &ckpt, const std::vect
     const Target *first = nullptr;
     for (const Target &t : targets) {
       if (t.segment->file == f) {
-        fs.bytes += t.segment->bytes();
+        // The tensors' own bytes, as FileReadStats::bytes says: not the
+        // segment's, whose ends are rounded out to the alignment.
+        for (const std::size_t index : t.segment->tensors) {
+          fs.bytes += ckpt.files[f].tensors[index].size();
+        }
         first = first != nullptr ? first : &t;
       }
     }

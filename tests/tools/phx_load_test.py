@@ -64,6 +64,21 @@ class PhxLoadTest(unittest.TestCase):
             self.assertTrue(r["verify"]["ok"])
             self.assertEqual(r["verify"]["tensors"], 3)
             self.assertGreater(r["seconds"], 0)
+            # How each file was read and why: dropped from the page cache
+            # before each run, both are read O_DIRECT (where the file
+            # system takes it) by the host engine's io_uring queue.
+            files = r["per_file"]
+            self.assertEqual([os.path.basename(f["path"]) for f in files],
+                             ["a.safetensors", "b.safetensors"])
+            self.assertEqual([f["bytes"] for f in files], [12000 + 14, 25])
+            for f in files:
+                self.assertEqual(f["path_taken"], "queue")
+                self.assertIn(f["mode"], ("direct", "buffered"))
+                self.assertGreaterEqual(f["threads"], 1)
+                self.assertGreater(f["request_bytes"], 0)
+                self.assertIsNotNone(f["resident"])
+                self.assertLess(f["resident"], 0.5)
+                self.assertIn("resident", f["why"])
         with open(out, encoding="utf-8") as f:
             self.assertEqual([json.loads(line) for line in f], records)
 

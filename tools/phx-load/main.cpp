@@ -95,6 +95,24 @@ ordered_json base_record(const Options &opt) {
   return r;
 }
 
+// How each file was read and why (LoadStats::per_file), in checkpoint order.
+ordered_json per_file_records(const st::LoadStats &stats) {
+  ordered_json files = ordered_json::array();
+  for (const st::FileReadStats &fs : stats.per_file) {
+    files.push_back(ordered_json{
+        {"path", fs.path.string()},
+        {"bytes", fs.bytes},
+        {"mode", fs.direct ? "direct" : "buffered"},
+        {"path_taken", fs.path_taken},
+        {"threads", fs.threads},
+        {"request_bytes", fs.request_bytes},
+        {"depth", fs.depth},
+        {"resident", fs.resident < 0 ? ordered_json(nullptr) : ordered_json(fs.resident)},
+        {"why", fs.why}});
+  }
+  return files;
+}
+
 ordered_json result_record(const Options &opt, int run, const st::LoadedCheckpoint &loaded,
                            double setup_seconds) {
   const st::LoadStats &s = loaded.stats;
@@ -121,7 +139,8 @@ ordered_json result_record(const Options &opt, int run, const st::LoadedCheckpoi
       // The process's wall time so far: start-up, CUDA initialisation
       // and warm-up included, which "seconds" (the load alone) leaves out.
       {"process_seconds", phxtools::process_seconds()},
-      {"engines", engines}});
+      {"engines", engines},
+      {"per_file", per_file_records(s)}});
   return r;
 }
 
