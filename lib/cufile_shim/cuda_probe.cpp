@@ -95,7 +95,7 @@ const Driver &driver() noexcept {
 PointerInfo probe_pointer(const void *address) noexcept {
   PointerInfo info;
   const Driver &d = driver();
-  if (!d.ok || address == nullptr) {
+  if (!d.ok || d.PointerGetAttribute == nullptr || address == nullptr) {
     return info;
   }
   const auto p = static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(address));

@@ -14,7 +14,7 @@ from .bootimage import boot_kernel_image
 from .common import run_cmd
 from .config import (EXT4_SERIAL, FAR_SHM_SLOT, HIGH_BAR_APERTURE_MIB, HIGH_BAR_MIB,
                      HIGH_BAR_PHYS_BITS, KERNEL_CMDLINE, NSHM, RAW_SERIAL, ROOT_PORT_SLOT,
-                     SHM_SIZES_MIB, WORK_ROOT)
+                     SHM_SIZES_MIB, cache_dir)
 from .cpio import Cpio
 from .initramfs import busybox_path
 from .kernels import Kernel
@@ -28,7 +28,9 @@ def kvm_usable(k: Kernel, work: Path) -> tuple[bool, str]:
         return False, "/dev/kvm not accessible"
     key = "|".join([Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
                     run_cmd(["qemu-system-x86_64", "--version"]).splitlines()[0]])
-    cache = WORK_ROOT / "kvm-probe.json"
+    # Kept with the kernels, not in the checkout: the answer holds for this
+    # host until it boots again, whichever clone asks.
+    cache = cache_dir() / "kvm-probe.json"
     with contextlib.suppress(OSError, ValueError):
         data = json.loads(cache.read_text())
         if data.get("key") == key:
@@ -59,7 +61,7 @@ def kvm_usable(k: Kernel, work: Path) -> tuple[bool, str]:
     ok = log.is_file() and "PHX-KVM-OK" in log.read_text(errors="replace")
     why = (f"probe booted in {time.monotonic() - t0:.1f}s" if ok else
            f"probe kernel did not reach userspace within {KVM_PROBE_S}s ({out.strip()[:200] or 'no output'})")
-    WORK_ROOT.mkdir(parents=True, exist_ok=True)
+    cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps({"key": key, "ok": ok, "why": why}) + "\n")
     return ok, why
 
