@@ -292,7 +292,10 @@ PYBIND11_MODULE(_phoenix, m) {
       .def("__repr__", [](const TensorHandle &t) {
         std::string shape;
         for (const std::int64_t d : t.shape) {
-          shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+          if (!shape.empty()) {
+            shape += ", ";
+          }
+          shape += std::to_string(d);
         }
         return "phoenix_gds.Tensor(" + t.name + ", " +
                std::string(phx::safetensors::to_string(t.dtype)) + ", [" + shape + "], " +
