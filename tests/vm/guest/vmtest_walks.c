@@ -119,31 +119,40 @@ static double small_op(int fd, uint64_t bar_size) {
   return now_s() - start;
 }
 
-int t_claim_walks_yield(char *detail, size_t len) {
-  static double alone[MAX_OPS], beside[MAX_OPS];
-  struct big_walker w = {0};
-  struct phxfs_info info;
-  int small, thresh, n_alone = 0, n_beside = 0, err = 0;
-  double took, typical;
+/* One attempt's figures: the small operations alone and beside the walks. */
+struct beside_walks {
+  double alone_median, alone_worst, beside_median, beside_worst, typical, shortest_walk;
+  int n_beside;
+};
+
+/*
+ * Times small REGISTER/DEREGISTERs alone, then beside BIG_ROUNDS large
+ * ones on another thread; fills @out.  Returns 0, or an errno with @what
+ * naming the operation that failed.
+ */
+static int measure_beside_walks(int big_fd, int small, uint64_t bar_size, struct beside_walks *out,
+                                const char **what) {
+  static double alone[64], beside[MAX_OPS];
+  struct big_walker w = {.fd = big_fd, .len = bar_size - 2 * MiB};
+  int n_alone = 0, n_beside = 0, err = 0;
+  double took;
   pthread_t th;
 
-  w.fd = phx_open_dev(0);
-  small = phx_open_dev(0);
-  EXPECT(w.fd >= 0 && small >= 0 && !phx_get_info(w.fd, &info), "dev0: %s", strerror(errno));
-  EXPECT(info.bar_size >= 1024 * MiB, "BAR of %llu MiB: not the large one",
-         (unsigned long long)(info.bar_size / MiB));
-  /* All but the last 2 MiB, where the small registrations go. */
-  w.len = info.bar_size - 2 * MiB;
   for (; n_alone < 64; n_alone++) {
-    took = small_op(small, info.bar_size);
-    EXPECT(took >= 0, "small register/deregister: %s", strerror(errno));
+    took = small_op(small, bar_size);
+    if (took < 0) {
+      *what = "small register/deregister alone";
+      return errno;
+    }
     alone[n_alone] = took;
     usleep(2000);
   }
-  thresh = set_watchdog_thresh(1);
-  EXPECT(!pthread_create(&th, NULL, big_walks, &w), "thread");
+  if (pthread_create(&th, NULL, big_walks, &w)) {
+    *what = "thread";
+    return EAGAIN;
+  }
   while (!w.done && n_beside < MAX_OPS) {
-    took = small_op(small, info.bar_size);
+    took = small_op(small, bar_size);
     if (took < 0) {
       err = errno;
       break;
@@ -152,29 +161,85 @@ int t_claim_walks_yield(char *detail, size_t len) {
     usleep(2000);
   }
   pthread_join(th, NULL);
+  if (err) {
+    *what = "small register/deregister beside the walks";
+    return err;
+  }
+  if (w.err) {
+    *what = "register/deregister of all but 2 MiB of the BAR";
+    return w.err;
+  }
+  if (n_beside < 4) {
+    *what = "fewer than 4 small registrations while the large ones ran";
+    return EAGAIN;
+  }
+  qsort(alone, (size_t)n_alone, sizeof(double), cmp_double);
+  qsort(beside, (size_t)n_beside, sizeof(double), cmp_double);
+  *out = (struct beside_walks){
+      .alone_median = alone[n_alone / 2],
+      .alone_worst = alone[n_alone - 1],
+      .beside_median = beside[n_beside / 2],
+      .beside_worst = beside[n_beside - 1],
+      .typical = median_of_longest(beside, n_beside, 2 * BIG_ROUNDS),
+      .shortest_walk = w.shortest,
+      .n_beside = n_beside,
+  };
+  return 0;
+}
+
+/*
+ * A host that takes the emulator's CPU away (another tenant of a shared
+ * machine) only ever lengthens a wait, and on a busy CI host such stalls
+ * made the typical wait 8-9 ms with a module that waits 1-2 ms on a quiet
+ * one.  So the test measures up to this many times and judges the least
+ * typical wait: a module that waits out walks does so on every attempt
+ * (10-30 ms each time, with 80 ms walks).
+ */
+#define WALK_ATTEMPTS 3
+
+int t_claim_walks_yield(char *detail, size_t len) {
+  struct beside_walks m[WALK_ATTEMPTS], *best = NULL;
+  struct phxfs_info info;
+  int big_fd, small, thresh, attempts = 0, err = 0;
+  const char *what = "";
+  char tries[96];
+  size_t used = 0;
+
+  big_fd = phx_open_dev(0);
+  small = phx_open_dev(0);
+  EXPECT(big_fd >= 0 && small >= 0 && !phx_get_info(big_fd, &info), "dev0: %s", strerror(errno));
+  EXPECT(info.bar_size >= 1024 * MiB, "BAR of %llu MiB: not the large one",
+         (unsigned long long)(info.bar_size / MiB));
+  thresh = set_watchdog_thresh(1);
+  while (attempts < WALK_ATTEMPTS && (!best || best->typical >= WAIT_BESIDE_WALKS)) {
+    err = measure_beside_walks(big_fd, small, info.bar_size, &m[attempts], &what);
+    if (err)
+      break;
+    if (!best || m[attempts].typical < best->typical)
+      best = &m[attempts];
+    used += (size_t)snprintf(tries + used, sizeof(tries) - used, "%s%.2f", attempts ? " " : "",
+                             m[attempts].typical * 1e3);
+    attempts++;
+  }
   if (thresh > 0)
     set_watchdog_thresh(thresh);
   close(small);
-  close(w.fd);
-  EXPECT(!err, "small register/deregister beside: %s", strerror(err));
-  EXPECT(!w.err, "register/deregister %llu MiB: %s", (unsigned long long)(w.len / MiB),
-         strerror(w.err));
-  EXPECT(n_beside >= 4, "only %d small registrations while the large ones ran", n_beside);
-  qsort(alone, (size_t)n_alone, sizeof(double), cmp_double);
-  qsort(beside, (size_t)n_beside, sizeof(double), cmp_double);
-  typical = median_of_longest(beside, n_beside, 2 * BIG_ROUNDS);
+  close(big_fd);
+  EXPECT(!err, "%s: %s", what, strerror(err));
   snprintf(detail, len,
            "64 KiB register+deregister alone: median %.2f ms, worst %.2f; beside %d of %llu MiB "
-           "(each %.1f ms or more): %d, median %.2f ms, worst %.2f, median of the %d longest "
-           "%.2f ms; watchdog_thresh %s",
-           alone[n_alone / 2] * 1e3, alone[n_alone - 1] * 1e3, BIG_ROUNDS,
-           (unsigned long long)(w.len / MiB), w.shortest * 1e3, n_beside,
-           beside[n_beside / 2] * 1e3, beside[n_beside - 1] * 1e3, 2 * BIG_ROUNDS, typical * 1e3,
-           thresh > 0 ? "1" : "unchanged");
-  EXPECT(typical < WAIT_BESIDE_WALKS,
+           "(each %.1f ms or more): %d, median %.2f ms, worst %.2f; median of the %d longest, "
+           "ms, by attempt: %s; watchdog_thresh %s",
+           best->alone_median * 1e3, best->alone_worst * 1e3, BIG_ROUNDS,
+           (unsigned long long)((info.bar_size - 2 * MiB) / MiB), best->shortest_walk * 1e3,
+           best->n_beside, best->beside_median * 1e3, best->beside_worst * 1e3, 2 * BIG_ROUNDS,
+           tries, thresh > 0 ? "1" : "unchanged");
+  EXPECT(best->typical < WAIT_BESIDE_WALKS,
          "a 64 KiB register+deregister beside walks over two million pages typically waited "
-         "%.1f ms (the median of the %d longest of %d), want under %.0f ms: it waited out walks",
-         typical * 1e3, 2 * BIG_ROUNDS, n_beside, WAIT_BESIDE_WALKS * 1e3);
+         "%.1f ms at best of %d attempts (the median of the %d longest of %d; by attempt: %s ms), "
+         "want under %.0f ms: it waited out walks",
+         best->typical * 1e3, attempts, 2 * BIG_ROUNDS, best->n_beside, tries,
+         WAIT_BESIDE_WALKS * 1e3);
   return 0;
 }
 
