@@ -23,7 +23,8 @@
 #include <linux/mutex.h>
 #include <linux/path.h>
 #include <linux/pci.h>
-#include <linux/semaphore.h>
+#include <linux/rcupdate.h>
+#include <linux/spinlock.h>
 #include <linux/uidgid.h>
 #include <linux/wait.h>
 #include <linux/workqueue.h>
@@ -90,21 +91,15 @@ struct phxfs_dev {
 	bool p2pdma;
 	struct device *node;
 	/*
-	 * Serialises claiming device pages for registrations.  A semaphore,
-	 * not a mutex: a walk over a large registration drops it between
-	 * batches, and up() hands it to the first waiter, where a mutex's
-	 * optimistic spinner seldom sees the moment between an unlock and the
-	 * walk's next lock and waits out most of the walk (see phxfs_reg.c).
-	 */
-	struct semaphore claim_sem;
-	/*
 	 * Registrations whose teardown or revocation stopped waiting for
 	 * their pages (a pipe, an io_uring fixed buffer holds them), each on
 	 * @held with a module reference, and the one work item that looks at
 	 * all of them every PHXFS_IDLE_POLL_MAX while any is left
-	 * (phxfs_reg.c).  @held_lock is a mutex: the looks yield.
+	 * (phxfs_reg.c).  @held_lock is a spinlock held only to add or
+	 * splice: no task that holds it can be kept off the CPU, and the
+	 * poller's looks happen outside it.
 	 */
-	struct mutex held_lock;
+	spinlock_t held_lock;
 	struct list_head held;
 	struct delayed_work held_poll;
 	/* Next free mmap page offset; offsets are never reused. */
@@ -115,12 +110,6 @@ struct phxfs_dev {
 	 * GET_INFO says PHXFS_INFO_PIN_REFUSED until one succeeds.
 	 */
 	bool pins_refused;
-	/*
-	 * NVIDIA legacy: until this time (jiffies) a free callback on this
-	 * device does not wait for held pages; set when one gave up waiting
-	 * (phxfs_nvidia.c).  Per device, whichever process frees.
-	 */
-	unsigned long revoke_spent_until;
 };
 
 struct phxfs_file {
@@ -139,6 +128,7 @@ enum phxfs_reg_state {
 	PHXFS_REG_RELEASING, /* DEREGISTER/release owns the teardown */
 	PHXFS_REG_REVOKING, /* the provider revoked it (e.g. cudaFree) */
 	PHXFS_REG_GONE,     /* pin dropped; only the struct remains */
+	PHXFS_REG_CREATING, /* REGISTER under way; a revocation makes it GONE */
 };
 
 struct phxfs_reg {
@@ -159,8 +149,6 @@ struct phxfs_reg {
 	atomic_t state;
 	/* Orders mmap's page insertion against revocation's zap. */
 	struct mutex map_lock;
-	/* Held while the registration is being created (see phxfs_reg_create). */
-	struct mutex create_lock;
 	/* Pages currently inserted in a VMA (0 when unmapped or revoked). */
 	atomic_long_t mapped_pages;
 	atomic_t map_count;
@@ -172,6 +160,8 @@ struct phxfs_reg {
 	struct list_head held_node;
 	/* Woken when it releases its claim; REGISTERs of its pages wait here. */
 	wait_queue_head_t unclaimed;
+	/* Frees it (phxfs_reg_free()). */
+	struct rcu_head rcu;
 	/* Drops a provider's late reference (phxfs_reg_put_later()). */
 	struct delayed_work put_later;
 	/*
@@ -189,10 +179,12 @@ struct phxfs_reg {
 	 * only it may map or deregister it, not a child sharing the file.
 	 */
 	struct mm_struct *owner_mm;
-	/* For /proc/driver/phxfs and the caps per user (phxfs_users.c). */
-	struct list_head listed;
+	/* For /proc/driver/phxfs: its id there, 0 until reserved. */
+	u32 listing_id;
 	kuid_t owner_uid;
 	pid_t owner_pid;
+	/* The user its caps count it against (phxfs_user_of_current()). */
+	kuid_t charged_uid;
 	bool charged;
 };
 
@@ -220,12 +212,16 @@ void phxfs_reg_module_exit(void);
 void phxfs_reg_dev_init(struct phxfs_dev *dev);
 
 /* phxfs_users.c */
+kuid_t phxfs_user_of_current(void);
 int phxfs_user_charge(kuid_t uid, u64 length);
 void phxfs_user_uncharge(kuid_t uid, u64 length);
+bool phxfs_user_revoke_spent(kuid_t uid);
+void phxfs_user_revoke_gave_up(kuid_t uid, unsigned long until);
 
 /* phxfs_proc.c */
 int phxfs_listing_init(void);
 void phxfs_listing_exit(void);
+int phxfs_listing_reserve(struct phxfs_reg *reg);
 void phxfs_listing_add(struct phxfs_reg *reg);
 void phxfs_listing_del(struct phxfs_reg *reg);
 

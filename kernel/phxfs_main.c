@@ -284,10 +284,8 @@ static int phxfs_dev_create(struct phxfs_candidate *cand, unsigned int index)
 	dev->provider = cand->provider;
 	dev->bar_start = pci_resource_start(dev->pdev, dev->bar);
 	dev->bar_size = pci_resource_len(dev->pdev, dev->bar);
-	sema_init(&dev->claim_sem, 1);
 	phxfs_reg_dev_init(dev);
 	atomic64_set(&dev->next_pgoff, 1);
-	dev->revoke_spent_until = jiffies;
 
 	/* Memory decoding must be on for the NVMe's DMA to reach the BAR. */
 	ret = pci_enable_device_mem(dev->pdev);

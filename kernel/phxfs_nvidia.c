@@ -80,31 +80,35 @@ MODULE_PARM_DESC(revoke_wait_ms,
 /*
  * The driver calls the free callbacks of one allocation one after the
  * other (cudaFree, or a process's exit), and user space can hold pages of
- * thousands of registrations: revoke_wait_ms is the budget of the device,
- * not of each callback nor of each process.  Once a callback on a device
- * gave up waiting, callbacks on that device wait no more for the next
- * revoke_wait_ms, whichever process frees: two processes taking turns
- * cannot make each callback wait in full.  A registration whose pages a
- * wait already found held is not waited for again.  The pages not waited
- * for stay claimed until idle either way.
+ * thousands of registrations: revoke_wait_ms is the budget of the user
+ * whose registrations they are (over its processes, devices and user
+ * namespaces: reg->charged_uid), not of each callback nor of each
+ * process.  Once a callback of a user's registration gave up waiting,
+ * callbacks of that user's registrations wait no more for the next
+ * revoke_wait_ms: two processes taking turns cannot make each callback
+ * wait in full.  Another user's callbacks still wait: one tenant's
+ * holders cannot spend the budget that protects another tenant's DMA in
+ * flight.  A registration whose pages a wait already found held is not
+ * waited for again.  The pages not waited for stay claimed until idle
+ * either way.
  */
 static unsigned long phxfs_nv_revoke_wait(struct phxfs_reg *reg)
 {
 	unsigned long wait = max(1UL, msecs_to_jiffies(READ_ONCE(revoke_wait_ms)));
 
 	if (READ_ONCE(reg->held) || reg->quarantined ||
-	    time_before(jiffies, READ_ONCE(reg->dev->revoke_spent_until)))
+	    phxfs_user_revoke_spent(reg->charged_uid))
 		return PHXFS_NO_WAIT;
 	return wait;
 }
 
-/* A callback on @reg's device waited @waited and stopped with pages held. */
+/* A callback of @reg waited @waited and stopped with pages held. */
 static void phxfs_nv_gave_up(struct phxfs_reg *reg, unsigned long waited)
 {
 	unsigned long wait = max(1UL, msecs_to_jiffies(READ_ONCE(revoke_wait_ms)));
 
 	if (waited != PHXFS_NO_WAIT)
-		WRITE_ONCE(reg->dev->revoke_spent_until, jiffies + wait);
+		phxfs_user_revoke_gave_up(reg->charged_uid, jiffies + wait);
 }
 
 enum phxfs_nv_api { PHXFS_NV_AUTO, PHXFS_NV_PERSISTENT, PHXFS_NV_LEGACY };
@@ -206,7 +210,7 @@ static void phxfs_nv_free_table(struct nvidia_p2p_page_table *table)
 
 /*
  * The free callback found the teardown already under way, or over with the
- * pin parked: stop DMA, then free the table, which the teardown's
+ * pin parked, or the REGISTER still under way (which then fails): stop DMA, then free the table, which the teardown's
  * put_pages (if it gets that far) will not.  Once the flag is set the
  * teardown may free @pin and @reg, so nothing here touches them after the
  * unlock, unless the pin was parked: then the teardown is over and left
@@ -316,13 +320,11 @@ static int phxfs_nv_release(struct phxfs_reg *reg, struct phxfs_nv_pin *pin)
 	return ret;
 }
 
-static int phxfs_nv_check_table(struct phxfs_reg *reg,
-				const struct nvidia_p2p_page_table *table)
+static int phxfs_nv_check_header(const struct phxfs_reg *reg,
+				 const struct nvidia_p2p_page_table *table)
 {
-	struct phxfs_dev *dev = reg->dev;
+	const struct phxfs_dev *dev = reg->dev;
 	u64 entries = reg->length / NVIDIA_P2P_GPU_PAGE_SIZE;
-	unsigned int per_gpu_page = NVIDIA_P2P_GPU_PAGE_SIZE >> PAGE_SHIFT;
-	u32 e, j;
 
 	if (!table || !table->pages ||
 	    NVIDIA_P2P_MAJOR(table->version) !=
@@ -337,29 +339,140 @@ static int phxfs_nv_check_table(struct phxfs_reg *reg,
 		       dev->index, table->page_size, table->entries, entries);
 		return -EIO;
 	}
-	for (e = 0; e < table->entries; e++) {
-		u64 phys;
+	return 0;
+}
 
-		if (!table->pages[e])
-			return -EIO;
-		phys = table->pages[e]->physical_address;
-		if (!IS_ALIGNED(phys, NVIDIA_P2P_GPU_PAGE_SIZE))
-			return -EIO;
-		for (j = 0; j < per_gpu_page; j++) {
-			struct page *page = phxfs_bar_page(
-				dev, phys + ((u64)j << PAGE_SHIFT));
+/* Entry @e of @table into reg->pages, each of its pages inside the BAR. */
+static int phxfs_nv_check_entry(struct phxfs_reg *reg,
+				const struct nvidia_p2p_page_table *table, u32 e)
+{
+	unsigned int per_gpu_page = NVIDIA_P2P_GPU_PAGE_SIZE >> PAGE_SHIFT;
+	struct phxfs_dev *dev = reg->dev;
+	unsigned int j;
+	u64 phys;
 
-			if (!page) {
-				pr_err("dev%u: GPU page %u at %#llx lies outside BAR %d\n",
-				       dev->index, e, phys, dev->bar);
-				return -EIO;
-			}
-			reg->pages[(unsigned long)e * per_gpu_page + j] = page;
+	if (!table->pages[e])
+		return -EIO;
+	phys = table->pages[e]->physical_address;
+	if (!IS_ALIGNED(phys, NVIDIA_P2P_GPU_PAGE_SIZE))
+		return -EIO;
+	for (j = 0; j < per_gpu_page; j++) {
+		struct page *page =
+			phxfs_bar_page(dev, phys + ((u64)j << PAGE_SHIFT));
+
+		if (!page) {
+			pr_err("dev%u: GPU page %u at %#llx lies outside BAR %d\n",
+			       dev->index, e, phys, dev->bar);
+			return -EIO;
 		}
-		if (!(e & 63))
-			cond_resched();
+		reg->pages[(unsigned long)e * per_gpu_page + j] = page;
 	}
 	return 0;
+}
+
+/* GPU pages of a table read under the pin's lock at a time. */
+#define PHXFS_NV_TABLE_BATCH 64
+
+/*
+ * Reads the table into reg->pages.  A legacy free callback may fire as
+ * soon as get_pages returns, and the driver frees the table once the
+ * callback returns; the callback takes @pin's lock only to mark the pin
+ * freed.  So the table is read a batch at a time under that spinlock: the
+ * callback waits for one batch at most, never for this task to get a CPU
+ * again, and a batch that finds the mark stops the REGISTER (-EFAULT: the
+ * memory went while it was being registered).
+ */
+static int phxfs_nv_check_table(struct phxfs_reg *reg,
+				struct phxfs_nv_pin *pin)
+{
+	u64 entries = reg->length / NVIDIA_P2P_GPU_PAGE_SIZE;
+	u32 e = 0, stop;
+	int ret;
+
+	spin_lock(&pin->lock);
+	ret = pin->freed_by_callback ? -EFAULT :
+				       phxfs_nv_check_header(reg, pin->table);
+	spin_unlock(&pin->lock);
+	while (!ret && e < entries) {
+		stop = min_t(u64, entries, (u64)e + PHXFS_NV_TABLE_BATCH);
+		spin_lock(&pin->lock);
+		if (pin->freed_by_callback)
+			ret = -EFAULT;
+		for (; !ret && e < stop; e++)
+			ret = phxfs_nv_check_entry(reg, pin->table, e);
+		spin_unlock(&pin->lock);
+		cond_resched();
+	}
+	return ret;
+}
+
+/* A legacy pin taken only to see where memory lies (phxfs_nv_range_is_ours()). */
+struct phxfs_nv_probe {
+	spinlock_t lock;
+	bool freed;
+	struct nvidia_p2p_page_table *table;
+};
+
+static void phxfs_nv_probe_callback(void *data)
+{
+	struct phxfs_nv_probe *probe = data;
+	struct nvidia_p2p_page_table *table;
+
+	spin_lock(&probe->lock);
+	probe->freed = true;
+	table = probe->table;
+	spin_unlock(&probe->lock);
+	/* Nothing of the probe after the unlock: its owner may free it. */
+	phxfs_nv_free_table(table);
+}
+
+/*
+ * Whether the first GPU page of @reg's range lies in this device's BAR,
+ * asked through a legacy pin of it that is put back at once and never
+ * mapped: a persistent pin refused for memory of another GPU (or for no
+ * memory at all) says nothing about this one, and must not make GET_INFO
+ * turn direct I/O off for every user of this device (issue 54, item 5).
+ */
+static bool phxfs_nv_range_is_ours(struct phxfs_reg *reg)
+{
+	int (*get)(u64 token, u32 va_space, u64 va, u64 len,
+		   struct nvidia_p2p_page_table **table,
+		   void (*cb)(void *data), void *data);
+	int (*put)(u64 token, u32 va_space, u64 va,
+		   struct nvidia_p2p_page_table *table);
+	struct phxfs_nv_probe *probe;
+	bool ours = false, freed;
+
+	probe = kzalloc(sizeof(*probe), GFP_KERNEL);
+	if (!probe)
+		return false;
+	spin_lock_init(&probe->lock);
+	get = symbol_get(nvidia_p2p_get_pages);
+	put = symbol_get(nvidia_p2p_put_pages);
+	if (get && put) {
+		/* As for a legacy pin: not inside a teardown's window. */
+		mutex_lock(&phxfs_nv_put_lock);
+		if (!get(0, 0, reg->device_addr, NVIDIA_P2P_GPU_PAGE_SIZE,
+			 &probe->table, phxfs_nv_probe_callback, probe)) {
+			spin_lock(&probe->lock);
+			freed = probe->freed;
+			if (!freed && probe->table && probe->table->pages &&
+			    probe->table->entries >= 1 && probe->table->pages[0])
+				ours = phxfs_bar_page(reg->dev,
+					probe->table->pages[0]->physical_address);
+			spin_unlock(&probe->lock);
+			/* A callback racing with it makes put_pages wait for it. */
+			if (!freed)
+				put(0, 0, reg->device_addr, probe->table);
+		}
+		mutex_unlock(&phxfs_nv_put_lock);
+	}
+	if (put)
+		symbol_put(nvidia_p2p_put_pages);
+	if (get)
+		symbol_put(nvidia_p2p_get_pages);
+	kfree(probe);
+	return ours;
 }
 
 static int phxfs_nv_pin(struct phxfs_reg *reg)
@@ -398,10 +511,13 @@ static int phxfs_nv_pin(struct phxfs_reg *reg)
 			 * MIG and vGPU refuse persistent pins.  No silent
 			 * legacy pins here: those the driver revokes while
 			 * a holder (a pipe, io_uring, RDMA) may keep the
-			 * pages another tenant gets next.
+			 * pages another tenant gets next.  Only a refusal of
+			 * this device's memory marks the device.
 			 */
-			WRITE_ONCE(reg->dev->pins_refused, true);
-			phxfs_nv_say_refused(reg->dev, ret);
+			if (phxfs_nv_range_is_ours(reg)) {
+				WRITE_ONCE(reg->dev->pins_refused, true);
+				phxfs_nv_say_refused(reg->dev, ret);
+			}
 			ret = -EOPNOTSUPP;
 		}
 	}
@@ -418,9 +534,8 @@ static int phxfs_nv_pin(struct phxfs_reg *reg)
 			} else {
 				/*
 				 * Not inside a teardown's window (see
-				 * phxfs_nv_release()).  Only pins without a
-				 * table wait here, so no free callback, which
-				 * may wait for our create_lock, waits on them.
+				 * phxfs_nv_release()).  No free callback
+				 * waits for this lock.
 				 */
 				mutex_lock(&phxfs_nv_put_lock);
 				ret = get(0, 0, reg->device_addr, reg->length,
@@ -443,11 +558,10 @@ static int phxfs_nv_pin(struct phxfs_reg *reg)
 	reg->pin_api = pin->persistent ? PHXFS_PIN_PERSISTENT : PHXFS_PIN_LEGACY;
 
 	/*
-	 * On a bad table the pin stays in reg->pin: the caller releases it
-	 * with unpin() once it no longer holds create_lock, which a concurrent
-	 * free callback may be waiting for.
+	 * On a bad table, or one a free callback took meanwhile, the pin
+	 * stays in reg->pin: the caller releases it with unpin().
 	 */
-	return phxfs_nv_check_table(reg, pin->table);
+	return phxfs_nv_check_table(reg, pin);
 
 err_free:
 	reg->pin = NULL;

@@ -45,7 +45,7 @@ static void phxfs_reg_free(struct kref *ref)
 
 	phxfs_listing_del(reg);
 	if (reg->charged)
-		phxfs_user_uncharge(reg->owner_uid, reg->length);
+		phxfs_user_uncharge(reg->charged_uid, reg->length);
 	if (reg->owner_mm)
 		mmdrop(reg->owner_mm);
 	if (reg->mapping)
@@ -53,7 +53,11 @@ static void phxfs_reg_free(struct kref *ref)
 	if (reg->path.dentry)
 		path_put(&reg->path);
 	kvfree(reg->pages);
-	kfree(reg);
+	/*
+	 * A REGISTER that finds this one's claim on a page takes a reference
+	 * under RCU (phxfs_reg_try_claim()), racing with the last put.
+	 */
+	kfree_rcu(reg, rcu);
 }
 
 /**
@@ -78,84 +82,76 @@ void phxfs_reg_put(struct phxfs_reg *reg)
 #define PHXFS_CLAIM_WAIT (HZ)
 
 /*
- * Pages walked under claim_sem at a time (2 MiB with 4 KiB pages).  The
- * semaphore is dropped and the CPU offered between batches: a registration
- * of a whole large GPU (37 million pages for 141 GiB) neither holds every
- * other claim and release of the device (a free callback's among them)
- * for its whole walk, nor the CPU long enough for a soft lockup.  up()
- * with a waiter hands the semaphore to it, so the walk's next down() waits
- * its turn: the longest anyone waits is one batch per task ahead of it.
- * (With a mutex, a waiter spinning on the walk's task saw it own the lock
- * throughout, an unlock followed at once by the next lock, and waited out
- * most of the walk: 4-19 ms over the rig's 8 GiB in highbar-nvidia's test.)
+ * Pages claimed or released between two offers of the CPU (2 MiB with 4
+ * KiB pages).  A claim is a cmpxchg on each page's zone_device_data and
+ * takes no lock: a registration of a whole large GPU (37 million pages
+ * for 141 GiB) holds nothing anyone else waits for while it walks, and
+ * however many walks a tenant starts, at whatever scheduling class or
+ * cgroup limit, another tenant's REGISTER, DEREGISTER, exit or free
+ * callback never waits for one of them to get a CPU.  (A semaphore handed
+ * from walk to walk made each such wait one batch per waiter ahead, and
+ * handed it to waiters that could not run.)
  */
 #define PHXFS_CLAIM_BATCH 512UL
 
-/* Releases @reg's claim on pages [0, @end), a batch under the lock at a time. */
+/* Releases @reg's claim on pages [0, @end). */
 static void phxfs_reg_unclaim_upto(struct phxfs_reg *reg, unsigned long end)
 {
-	struct phxfs_dev *dev = reg->dev;
-	unsigned long i = 0, stop;
+	unsigned long i;
 
-	while (i < end) {
-		stop = min(end, i + PHXFS_CLAIM_BATCH);
-		down(&dev->claim_sem);
-		for (; i < stop; i++)
-			if (reg->pages[i]->zone_device_data == reg)
-				reg->pages[i]->zone_device_data = NULL;
-		up(&dev->claim_sem);
-		cond_resched();
+	for (i = 0; i < end; i++) {
+		cmpxchg(&reg->pages[i]->zone_device_data, reg, NULL);
+		if (!((i + 1) % PHXFS_CLAIM_BATCH))
+			cond_resched();
 	}
 }
 
 /*
  * Device pages belong to at most one registration at a time, so "idle" is
  * exact: zone_device_data (unused by the core for these pgmap types) names
- * the owner.
+ * the owner.  Every path releases a registration's claims before it drops
+ * the reference that they stand for, so a registration that still claims
+ * a page is alive; one whose last reference went meanwhile is freed after
+ * an RCU grace period (phxfs_reg_free()).
  *
  * Returns the owner of the first page another registration claims, with a
  * reference for the caller and @reg claiming nothing, or NULL with @reg
  * claiming every page.  Sets @dying when that owner's teardown has begun:
  * it releases the claim on its own, once its pages are idle.
  *
- * Claims in batches (PHXFS_CLAIM_BATCH): between two, another REGISTER of
- * overlapping pages may see part of @reg's claim and fail with -EBUSY, as
- * it would once @reg held them all.
+ * Between two pages another REGISTER of overlapping pages may see part of
+ * @reg's claim and fail with -EBUSY, as it would once @reg held them all.
  */
 static struct phxfs_reg *phxfs_reg_try_claim(struct phxfs_reg *reg,
 					     struct page **busy, bool *dying)
 {
-	struct phxfs_dev *dev = reg->dev;
 	struct phxfs_reg *owner = NULL;
-	unsigned long i = 0, stop;
+	unsigned long i = 0;
 	int state;
 
-	while (i < reg->npages && !owner) {
-		stop = min(reg->npages, i + PHXFS_CLAIM_BATCH);
-		down(&dev->claim_sem);
-		for (; i < stop; i++) {
-			owner = reg->pages[i]->zone_device_data;
-			if (owner)
-				break;
-			reg->pages[i]->zone_device_data = reg;
+	while (i < reg->npages) {
+		struct page *page = reg->pages[i];
+
+		rcu_read_lock();
+		owner = cmpxchg(&page->zone_device_data, NULL, reg);
+		if (owner && !kref_get_unless_zero(&owner->ref)) {
+			/* Its claim went with its last reference: look again. */
+			rcu_read_unlock();
+			cpu_relax();
+			continue;
 		}
-		if (owner) {
-			*busy = reg->pages[i];
-			/*
-			 * Alive: every path releases a registration's claim,
-			 * under claim_sem, before it drops the reference
-			 * that its claim stands for.
-			 */
-			kref_get(&owner->ref);
-			state = atomic_read(&owner->state);
-			*dying = state == PHXFS_REG_RELEASING ||
-				 state == PHXFS_REG_REVOKING;
-		}
-		up(&dev->claim_sem);
-		cond_resched();
+		rcu_read_unlock();
+		if (owner)
+			break;
+		if (!(++i % PHXFS_CLAIM_BATCH))
+			cond_resched();
 	}
-	if (owner)
-		phxfs_reg_unclaim_upto(reg, i);
+	if (!owner)
+		return NULL;
+	*busy = reg->pages[i];
+	state = atomic_read(&owner->state);
+	*dying = state == PHXFS_REG_RELEASING || state == PHXFS_REG_REVOKING;
+	phxfs_reg_unclaim_upto(reg, i);
 	return owner;
 }
 
@@ -330,16 +326,29 @@ static void phxfs_reg_poll_held(struct work_struct *work)
 	struct phxfs_dev *dev =
 		container_of(to_delayed_work(work), struct phxfs_dev, held_poll);
 	struct phxfs_reg *reg, *next;
+	LIST_HEAD(looking);
 	LIST_HEAD(idle);
 
-	mutex_lock(&dev->held_lock);
-	list_for_each_entry_safe(reg, next, &dev->held, held_node)
+	/*
+	 * The walks happen off the list and outside the lock: a whole-BAR
+	 * registration is tens of millions of pages, and a teardown or
+	 * revocation handing one over (phxfs_reg_hold()) waits only for the
+	 * splices.  Only this work item advances idle_upto.
+	 */
+	spin_lock(&dev->held_lock);
+	list_splice_init(&dev->held, &looking);
+	spin_unlock(&dev->held_lock);
+	list_for_each_entry_safe(reg, next, &looking, held_node) {
 		if (phxfs_reg_drained(reg))
 			list_move_tail(&reg->held_node, &idle);
+		cond_resched();
+	}
+	spin_lock(&dev->held_lock);
+	list_splice_tail(&looking, &dev->held);
 	if (!list_empty(&dev->held))
 		queue_delayed_work(phxfs_wq, &dev->held_poll,
 				   PHXFS_IDLE_POLL_MAX);
-	mutex_unlock(&dev->held_lock);
+	spin_unlock(&dev->held_lock);
 
 	list_for_each_entry_safe(reg, next, &idle, held_node) {
 		list_del_init(&reg->held_node);
@@ -369,10 +378,10 @@ static void phxfs_reg_hold(struct phxfs_reg *reg)
 	struct phxfs_dev *dev = reg->dev;
 
 	__module_get(THIS_MODULE);
-	mutex_lock(&dev->held_lock);
+	spin_lock(&dev->held_lock);
 	list_add_tail(&reg->held_node, &dev->held);
 	queue_delayed_work(phxfs_wq, &dev->held_poll, PHXFS_IDLE_POLL_MAX);
-	mutex_unlock(&dev->held_lock);
+	spin_unlock(&dev->held_lock);
 }
 
 /**
@@ -381,7 +390,7 @@ static void phxfs_reg_hold(struct phxfs_reg *reg)
  */
 void phxfs_reg_dev_init(struct phxfs_dev *dev)
 {
-	mutex_init(&dev->held_lock);
+	spin_lock_init(&dev->held_lock);
 	INIT_LIST_HEAD(&dev->held);
 	INIT_DELAYED_WORK(&dev->held_poll, phxfs_reg_poll_held);
 }
@@ -461,9 +470,7 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 	if (!reg)
 		return -ENOMEM;
 	kref_init(&reg->ref);
-	INIT_LIST_HEAD(&reg->listed);
 	mutex_init(&reg->map_lock);
-	mutex_init(&reg->create_lock);
 	init_completion(&reg->revoked);
 	reg->dev = dev;
 	/*
@@ -484,15 +491,19 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 	mmgrab(reg->owner_mm);
 	reg->owner_uid = current_uid();
 	reg->owner_pid = task_tgid_nr(current);
-	atomic_set(&reg->state, PHXFS_REG_GONE);
+	reg->charged_uid = phxfs_user_of_current();
+	atomic_set(&reg->state, PHXFS_REG_CREATING);
 	INIT_LIST_HEAD(&reg->held_node);
 	init_waitqueue_head(&reg->unclaimed);
 	INIT_DELAYED_WORK(&reg->put_later, phxfs_reg_put_later_work);
 	/* Before the page table, the one thing sized by the caller. */
-	ret = phxfs_user_charge(reg->owner_uid, length);
+	ret = phxfs_user_charge(reg->charged_uid, length);
 	if (ret)
 		goto err_free;
 	reg->charged = true;
+	ret = phxfs_listing_reserve(reg);
+	if (ret)
+		goto err_free;
 	reg->pages = kvcalloc(reg->npages, sizeof(*reg->pages),
 			      GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
 	if (!reg->pages) {
@@ -501,16 +512,16 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 	}
 
 	/*
-	 * A provider revocation (NVIDIA free callback) can fire as soon as
-	 * pin() returns; create_lock makes it wait until the registration is
-	 * either published or failed (then the callback leaves the pin to our
-	 * unpin(), which is called after the lock is dropped).
+	 * A provider revocation (an NVIDIA free callback) can fire as soon as
+	 * pin() takes the pin, and waits for nothing of ours: until the
+	 * registration is PINNED it turns CREATING into GONE and leaves the
+	 * pin to our unpin(), and the last step here, the move to PINNED,
+	 * then fails.  So nothing before that step holds anything a callback
+	 * waits for, however long this task waits for a CPU.
 	 */
-	mutex_lock(&reg->create_lock);
 	ret = dev->provider->pin(reg);
 	if (ret) {
-		mutex_unlock(&reg->create_lock);
-		/* A pin that failed validation is still held: drop it unlocked. */
+		/* A pin that failed validation is still held. */
 		if (reg->pin)
 			dev->provider->unpin(reg);
 		goto err_free;
@@ -526,7 +537,6 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 		goto err_unclaim;
 	}
 	reg->handle = pgoff;
-	atomic_set(&reg->state, PHXFS_REG_PINNED);
 
 	mutex_lock(&pf->lock);
 	ret = xa_reserve(&pf->regs, (unsigned long)pgoff, GFP_KERNEL);
@@ -534,18 +544,25 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 	if (ret)
 		goto err_unclaim;
 
+	if (atomic_cmpxchg(&reg->state, PHXFS_REG_CREATING,
+			   PHXFS_REG_PINNED) != PHXFS_REG_CREATING) {
+		/* Revoked before it was published: the memory is gone. */
+		ret = -EFAULT;
+		mutex_lock(&pf->lock);
+		xa_release(&pf->regs, (unsigned long)pgoff);
+		mutex_unlock(&pf->lock);
+		goto err_unclaim;
+	}
 	atomic64_inc(&dev->stats.regs_live);
 	atomic64_inc(&dev->stats.regs_total);
 	phxfs_listing_add(reg);
-	mutex_unlock(&reg->create_lock);
 	*out = reg;
 	return 0;
 
 err_unclaim:
-	atomic_set(&reg->state, PHXFS_REG_GONE);
 	phxfs_reg_unclaim(reg);
 err_unpin:
-	mutex_unlock(&reg->create_lock);
+	atomic_set(&reg->state, PHXFS_REG_GONE);
 	dev->provider->unpin(reg);
 err_free:
 	phxfs_reg_put(reg);
@@ -610,8 +627,12 @@ void phxfs_reg_teardown(struct phxfs_reg *reg, unsigned long wait)
 	phxfs_reg_zap(reg);
 	ret = phxfs_reg_wait_pages(reg, &reg->idle_upto, true, wait);
 	if (ret) {
-		if (ret == -ETIMEDOUT)
-			WRITE_ONCE(reg->held, true);
+		/*
+		 * Timed out or killed, a page was still referenced either way:
+		 * listed as held, and a free callback does not wait for it a
+		 * second time (phxfs_nv_revoke_wait()).
+		 */
+		WRITE_ONCE(reg->held, true);
 		phxfs_reg_hold(reg);
 		return;
 	}
@@ -662,9 +683,10 @@ void phxfs_reg_put_later(struct phxfs_reg *reg)
  */
 bool phxfs_reg_revoke_begin(struct phxfs_reg *reg, unsigned long timeout)
 {
-	/* Let a registration still being created get published (or fail). */
-	mutex_lock(&reg->create_lock);
-	mutex_unlock(&reg->create_lock);
+	/* Still being created: its REGISTER fails and unpins (see there). */
+	if (atomic_cmpxchg(&reg->state, PHXFS_REG_CREATING,
+			   PHXFS_REG_GONE) == PHXFS_REG_CREATING)
+		return false;
 	if (atomic_cmpxchg(&reg->state, PHXFS_REG_PINNED,
 			   PHXFS_REG_REVOKING) != PHXFS_REG_PINNED)
 		return false;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * phxfs_users.c - what one user may keep registered: registrations and
- * bytes of device memory per uid, over every device.  A registration is
+ * bytes of device memory per user, over every device and every user
+ * namespace the user makes (phxfs_user_of_current()).  A registration is
  * charged at REGISTER, before anything sized by the caller is allocated,
  * and released when the registration is freed: pages a holder (a pipe,
  * io_uring fixed buffers) keeps past its owner's DEREGISTER or exit still
@@ -11,10 +12,12 @@
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/hashtable.h>
+#include <linux/jiffies.h>
 #include <linux/module.h>
 #include <linux/slab.h>
 #include <linux/spinlock.h>
 #include <linux/uidgid.h>
+#include <linux/user_namespace.h>
 
 #include "phxfs.h"
 
@@ -33,10 +36,41 @@ struct phxfs_user {
 	kuid_t uid;
 	unsigned long regs;
 	u64 bytes;
+	/*
+	 * NVIDIA legacy: until this time (jiffies) a free callback of this
+	 * user's registrations does not wait for held pages (phxfs_nvidia.c).
+	 * Kept while the user has a registration; a callback's has one.
+	 */
+	unsigned long revoke_spent_until;
+	bool revoke_spent;
 };
 
 static DEFINE_SPINLOCK(phxfs_users_lock);
 static DEFINE_HASHTABLE(phxfs_users, 6);
+
+/**
+ * phxfs_user_of_current() - the user whom the caller's registrations count against.
+ *
+ * In the initial user namespace, the caller's uid.  Inside a user namespace,
+ * the uid that created the outermost one below the initial namespace: a user
+ * with subordinate uids maps them into a namespace and setuid()s to each, and
+ * every one of those is another kuid, so keying by the caller's kuid would
+ * give that user each cap once per uid.  A namespace's creator is its owner,
+ * and the creator of a nested one is a uid of its parent, so the chain ends
+ * at a uid of the initial namespace that no mapping can multiply.
+ *
+ * Return: a kuid of the initial user namespace.
+ */
+kuid_t phxfs_user_of_current(void)
+{
+	const struct user_namespace *ns = current_user_ns();
+
+	if (ns == &init_user_ns)
+		return current_uid();
+	while (ns->parent != &init_user_ns)
+		ns = ns->parent;
+	return ns->owner;
+}
 
 /* Caller holds phxfs_users_lock. */
 static struct phxfs_user *phxfs_user_find(kuid_t uid)
@@ -113,4 +147,43 @@ void phxfs_user_uncharge(kuid_t uid, u64 length)
 	}
 	spin_unlock(&phxfs_users_lock);
 	kfree(gone);
+}
+
+/**
+ * phxfs_user_revoke_spent() - whether @uid's give-up window is open: a free
+ * callback of one of its registrations gave up waiting for held pages less
+ * than the window ago (phxfs_user_revoke_gave_up()).
+ * @uid: the user a registration is charged to (reg->charged_uid).
+ *
+ * Return: true while the window is open.
+ */
+bool phxfs_user_revoke_spent(kuid_t uid)
+{
+	struct phxfs_user *u;
+	bool spent = false;
+
+	spin_lock(&phxfs_users_lock);
+	u = phxfs_user_find(uid);
+	if (u && u->revoke_spent)
+		spent = time_before(jiffies, u->revoke_spent_until);
+	spin_unlock(&phxfs_users_lock);
+	return spent;
+}
+
+/**
+ * phxfs_user_revoke_gave_up() - open @uid's give-up window until @until.
+ * @uid:   the user a registration is charged to.
+ * @until: jiffies.
+ */
+void phxfs_user_revoke_gave_up(kuid_t uid, unsigned long until)
+{
+	struct phxfs_user *u;
+
+	spin_lock(&phxfs_users_lock);
+	u = phxfs_user_find(uid);
+	if (u) {
+		u->revoke_spent_until = until;
+		u->revoke_spent = true;
+	}
+	spin_unlock(&phxfs_users_lock);
 }
