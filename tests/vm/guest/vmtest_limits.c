@@ -10,6 +10,8 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,7 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "vmtest.h"
@@ -73,6 +76,89 @@ static int t_listing(char *detail, size_t len) {
   return 0;
 }
 
+static double mono_s(void) {
+  struct timespec ts;
+
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int cmp_seconds(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+
+  return x < y ? -1 : x > y;
+}
+
+/* The median of @n seconds from @from (sorts them in place). */
+static double median_s(double *from, int n) {
+  qsort(from, (size_t)n, sizeof(double), cmp_seconds);
+  return from[n / 2];
+}
+
+/*
+ * Issue 54, item 7: a reader of PHX_LISTING gets it a page at a time, the
+ * lock every REGISTER and free takes held for each.  Each page must cost
+ * the same wherever it lies in the listing: a reader that found its place
+ * by walking from the first registration again for every page did O(n)
+ * under the lock per page, O(n^2) for the listing.  With LISTED_MANY
+ * registrations, the median read() of the listing's last quarter is
+ * compared with that of its first quarter.
+ */
+#define LISTED_MANY 32768
+#define LISTED_AREA (128 * MiB)
+#define LISTING_READS 4096
+
+static int t_listing_scales(char *detail, size_t len) {
+  static struct phxfs_register r[LISTED_MANY];
+  static double took[LISTING_READS];
+  int fd = phx_open_dev(0), listing = -1, n = 0, reads = 0, lines = 0, err = 0, quarter;
+  double first, last, start, all = 0;
+  char buf[4096];
+  ssize_t got = 0;
+
+  EXPECT(fd >= 0, "open: %s", strerror(errno));
+  for (; n < LISTED_MANY; n++) {
+    if (phx_register(fd, LISTED_AREA + (uint64_t)n * 4 * KiB, 4 * KiB, &r[n])) {
+      err = errno;
+      break;
+    }
+  }
+  if (n == LISTED_MANY)
+    listing = open(PHX_LISTING, O_RDONLY);
+  while (listing >= 0 && reads < LISTING_READS) {
+    start = mono_s();
+    got = read(listing, buf, sizeof(buf));
+    if (got <= 0)
+      break;
+    took[reads] = mono_s() - start;
+    all += took[reads++];
+    for (ssize_t i = 0; i < got; i++)
+      lines += buf[i] == '\n';
+  }
+  if (got < 0)
+    err = errno;
+  if (listing >= 0)
+    close(listing);
+  /* Tears every one down. */
+  close(fd);
+  EXPECT(n == LISTED_MANY, "4 KiB registration %d of %d: %s", n, LISTED_MANY, strerror(err));
+  EXPECT(listing >= 0 && got == 0, "reading %s: %s", PHX_LISTING, strerror(err));
+  EXPECT(lines > LISTED_MANY, "%d lines listed with %d registrations", lines, LISTED_MANY);
+  quarter = reads / 4;
+  EXPECT(quarter >= 8, "the listing took only %d reads", reads);
+  first = median_s(took, quarter);
+  last = median_s(took + reads - quarter, quarter);
+  snprintf(detail, len,
+           "%d registrations, %d lines in %d reads, %.1f ms in all; median read %.3f ms in the "
+           "first quarter, %.3f ms in the last",
+           LISTED_MANY, lines, reads, all * 1e3, first * 1e3, last * 1e3);
+  EXPECT(last < 2.5 * first,
+         "a read of the listing's last quarter took %.3f ms (median), its first quarter's %.3f: "
+         "each read walks the listing from its start (%d registrations, %d reads)",
+         last * 1e3, first * 1e3, LISTED_MANY, reads);
+  return 0;
+}
+
 static int t_caps(char *detail, size_t len) {
   struct phxfs_register a, b, c;
   int fd0 = phx_open_dev(0), fd1 = phx_open_dev(1), tuned, third, third_errno, fourth;
@@ -112,6 +198,109 @@ static int t_caps(char *detail, size_t len) {
   return 0;
 }
 
+/* Writes @text to @path; 0 or -errno. */
+static int write_text(const char *path, const char *text) {
+  int fd = open(path, O_WRONLY), ret = 0;
+  ssize_t n;
+
+  if (fd < 0)
+    return -errno;
+  n = write(fd, text, strlen(text));
+  if (n != (ssize_t)strlen(text))
+    ret = n < 0 ? -errno : -EIO;
+  close(fd);
+  return ret;
+}
+
+/* What the child of t_caps_userns() exits with. */
+enum userns_outcome {
+  USERNS_CAPPED,       /* the second REGISTER got EDQUOT */
+  USERNS_SECOND_HELD,  /* the second REGISTER succeeded */
+  USERNS_SETUP_FAILED, /* setuid, unshare or the handshake */
+  USERNS_FIRST_FAILED, /* the first REGISTER failed */
+  USERNS_OTHER_ERROR,  /* the second failed, but not with EDQUOT */
+};
+
+/*
+ * Issue 54, item 2: uid 1000 makes a user namespace whose map gives it two
+ * uids (as newuidmap does with subordinate uids: 0 -> 1000, 1 -> 100000)
+ * and registers as each.  Both count against uid 1000, so with
+ * max_regs_per_user 1 the second REGISTER gets EDQUOT.
+ */
+static void userns_child(int ready, int go) {
+  struct phxfs_register a, b;
+  int fd = phx_open_dev(0), second;
+  char c;
+
+  if (fd < 0 || setresgid(1000, 1000, 1000) || setresuid(1000, 1000, 1000) ||
+      unshare(CLONE_NEWUSER) || write(ready, "u", 1) != 1 || read(go, &c, 1) != 1 ||
+      setresuid(0, 0, 0))
+    _exit(USERNS_SETUP_FAILED);
+  if (phx_register(fd, 4 * MiB, 64 * KiB, &a))
+    _exit(USERNS_FIRST_FAILED);
+  if (setresuid(1, 1, 1))
+    _exit(USERNS_SETUP_FAILED);
+  second = phx_register(fd, 5 * MiB, 64 * KiB, &b);
+  if (second && errno != EDQUOT)
+    _exit(USERNS_OTHER_ERROR);
+  _exit(second ? USERNS_CAPPED : USERNS_SECOND_HELD);
+}
+
+static int t_caps_userns(char *detail, size_t len) {
+  static const char *const why[] = {
+      [USERNS_CAPPED] = "capped",
+      [USERNS_SECOND_HELD] =
+          "uid 1000 held two registrations with max_regs_per_user 1, one "
+          "as each uid its namespace maps",
+      [USERNS_SETUP_FAILED] = "setuid, unshare(CLONE_NEWUSER) or the handshake failed",
+      [USERNS_FIRST_FAILED] = "the first REGISTER inside the namespace failed",
+      [USERNS_OTHER_ERROR] = "the second REGISTER failed, but not with EDQUOT",
+  };
+  int ready[2], go[2], status = -1, tuned, mapped = 0, code;
+  char path[64], c = 0;
+  pid_t child;
+
+  /* Debian's switch for namespaces made without privilege, where it exists. */
+  (void)write_text("/proc/sys/kernel/unprivileged_userns_clone", "1\n");
+  EXPECT(!pipe(ready) && !pipe(go), "pipe");
+  tuned = phx_set_param("max_regs_per_user", 1);
+  EXPECT(!tuned, "max_regs_per_user: %s", strerror(-tuned));
+  /* The namespace's uids have no CAP_SYS_RAWIO (pcibar's own check). */
+  tuned = phx_set_param("pcibar_open", 1);
+  EXPECT(!tuned, "pcibar_open: %s", strerror(-tuned));
+  child = fork();
+  EXPECT(child >= 0, "fork: %s", strerror(errno));
+  if (!child)
+    userns_child(ready[1], go[0]);
+  close(ready[1]);
+  close(go[0]);
+  if (read(ready[0], &c, 1) == 1) {
+    /* What newuidmap does for a user with subordinate uids. */
+    snprintf(path, sizeof(path), "/proc/%d/uid_map", (int)child);
+    mapped = write_text(path, "0 1000 1\n1 100000 1\n");
+    if (!mapped) {
+      snprintf(path, sizeof(path), "/proc/%d/gid_map", (int)child);
+      mapped = write_text(path, "0 1000 1\n");
+    }
+    if (!mapped && write(go[1], "g", 1) != 1)
+      mapped = -EPIPE;
+  }
+  close(go[1]);
+  close(ready[0]);
+  waitpid(child, &status, 0);
+  phx_set_param("max_regs_per_user", 65536);
+  phx_set_param("pcibar_open", 0);
+  EXPECT(!mapped, "writing the namespace's uid/gid map: %s", strerror(-mapped));
+  EXPECT(WIFEXITED(status), "the namespace's child: status %#x", status);
+  code = WEXITSTATUS(status);
+  EXPECT(code == USERNS_CAPPED, "%s (exit %d)",
+         code < (int)(sizeof(why) / sizeof(why[0])) ? why[code] : "unknown", code);
+  snprintf(detail, len,
+           "max_regs_per_user 1: uid 1000 registers as uid 0 of its user namespace (1000), then "
+           "as uid 1 (100000): EDQUOT, both charged to uid 1000");
+  return 0;
+}
+
 /*
  * A kernel with CONFIG_PCI_P2PDMA refused the pipe's hold on the pages
  * (EREMOTEIO): closes the pipe, says so in @detail, returns 1 (skip).
@@ -121,6 +310,34 @@ static int hold_refused(int fds[2], const char *what, char *detail, size_t len) 
   close(fds[1]);
   snprintf(detail, len, "vmsplice cannot hold P2PDMA pages on this kernel (EREMOTEIO): %s", what);
   return 1;
+}
+
+/*
+ * In a child: registers [@off, +@size) of dev0, fills its mapping with
+ * @fill, vmsplices it into @pipe_w and writes the handle to @report_w.
+ * Returns 0 (the file in *@fd_out, if given), else the child's exit
+ * status: 2 setup, 3 this kernel refuses the pipe's hold (EREMOTEIO), 4.
+ */
+static int register_spliced(uint64_t off, uint64_t size, unsigned char fill, int pipe_w,
+                            int report_w, struct phxfs_register *r, int *fd_out) {
+  int fd = phx_open_dev(0);
+  unsigned char *map;
+  struct iovec iov;
+  ssize_t spliced;
+
+  if (fd < 0 || phx_register(fd, off, size, r) || !(map = phx_map(fd, r)))
+    return 2;
+  memset(map, fill, size);
+  iov = (struct iovec){map, size};
+  spliced = vmsplice(pipe_w, &iov, 1, 0);
+  if (spliced < 0 && errno == EREMOTEIO)
+    return 3;
+  if (spliced != (ssize_t)size ||
+      write(report_w, &r->handle, sizeof(r->handle)) != (ssize_t)sizeof(r->handle))
+    return 4;
+  if (fd_out)
+    *fd_out = fd;
+  return 0;
 }
 
 /*
@@ -140,24 +357,8 @@ static int t_held_after_exit(char *detail, size_t len) {
   EXPECT(!pipe(fds) && !pipe(report), "pipe");
   child = fork();
   EXPECT(child >= 0, "fork");
-  if (!child) {
-    int fd = phx_open_dev(0);
-    unsigned char *map;
-    struct iovec iov;
-    ssize_t spliced;
-
-    if (fd < 0 || phx_register(fd, off, size, &r) || !(map = phx_map(fd, &r)))
-      _exit(2);
-    memset(map, 0x2d, size);
-    iov = (struct iovec){map, size};
-    spliced = vmsplice(fds[1], &iov, 1, 0);
-    if (spliced < 0 && errno == EREMOTEIO)
-      _exit(3);
-    if (spliced != (ssize_t)size ||
-        write(report[1], &r.handle, sizeof(r.handle)) != (ssize_t)sizeof(r.handle))
-      _exit(4);
-    _exit(0);
-  }
+  if (!child)
+    _exit(register_spliced(off, size, 0x2d, fds[1], report[1], &r, NULL));
   close(report[1]);
   if (read(report[0], &handle, sizeof(handle)) != (ssize_t)sizeof(handle))
     handle = 0;
@@ -235,6 +436,73 @@ static int count_phxfs_work(unsigned int seconds) {
 }
 
 /*
+ * Issue 54, item 6: a DEREGISTER that waits for a page a pipe holds, and
+ * is killed meanwhile, leaves the registration to the poller as a wait
+ * that timed out does: listed as held (not releasing), so that a free
+ * callback does not wait for it in full again.
+ */
+static int t_deregister_killed(char *detail, size_t len) {
+  const uint64_t off = HELD_AREA + 1 * MiB, size = 64 * KiB;
+  int fds[2], report[2], status = 0, found = -1, i;
+  unsigned long long handle = 0;
+  struct phx_listed l = {0};
+  char waiting[sizeof(l.state)] = "";
+  pid_t child;
+
+  EXPECT(!pipe(fds) && !pipe(report), "pipe");
+  child = fork();
+  EXPECT(child >= 0, "fork");
+  if (!child) {
+    struct phxfs_register r;
+    int fd, code = register_spliced(off, size, 0x6b, fds[1], report[1], &r, &fd);
+
+    if (code)
+      _exit(code);
+    /* Waits for the pipe until killed. */
+    phx_deregister(fd, r.handle);
+    _exit(5);
+  }
+  close(report[1]);
+  if (read(report[0], &handle, sizeof(handle)) != (ssize_t)sizeof(handle))
+    handle = 0;
+  close(report[0]);
+  if (!handle) {
+    EXPECT(waitpid(child, &status, 0) == child && WIFEXITED(status), "child: %#x", status);
+    if (WEXITSTATUS(status) == 3)
+      return hold_refused(fds, "no DEREGISTER waits for a holder here", detail, len);
+    close(fds[0]);
+    close(fds[1]);
+    FAILF("child: status %d", WEXITSTATUS(status));
+  }
+  /* The DEREGISTER has begun once the registration is no longer live. */
+  for (i = 0; i < 250; i++) {
+    found = phx_find_listed(0, handle, &l);
+    if (found != 1 || strcmp(l.state, "live"))
+      break;
+    usleep(20000);
+  }
+  snprintf(waiting, sizeof(waiting), "%s", found == 1 ? l.state : "unlisted");
+  kill(child, SIGKILL);
+  waitpid(child, &status, 0);
+  found = phx_find_listed(0, handle, &l);
+  close(fds[0]);
+  close(fds[1]);
+  EXPECT(!strcmp(waiting, "releasing"), "while DEREGISTER waited for the pipe: %s, want releasing",
+         waiting);
+  EXPECT(WIFSIGNALED(status), "the DEREGISTER returned with the pipe open (status %#x)", status);
+  EXPECT(found == 1 && !strcmp(l.state, "held"),
+         "after the DEREGISTER waiting for a pipe was killed: %s, want held",
+         found == 1 ? l.state : "not listed");
+  for (i = 0; i < 100 && (found = phx_find_listed(0, handle, &l)) == 1; i++)
+    usleep(100000);
+  EXPECT(found == 0, "still listed 10 s after the pipe closed (%d, state %s)", found, l.state);
+  snprintf(detail, len,
+           "a DEREGISTER waiting for a pipe's hold (listed releasing) and killed: listed held, "
+           "gone once the pipe closed");
+  return 0;
+}
+
+/*
  * Finding 4: every registration a holder kept past its teardown used to
  * poll its pages with its own work item, ten times a second each.  Now one
  * poller per device looks at all of them: 32 held registrations cost about
@@ -305,8 +573,11 @@ static int t_one_poller(char *detail, size_t len) {
 
 int vmtest_limits(void) {
   vm_run("limits/listing", t_listing);
+  vm_run("limits/listing_scales", t_listing_scales);
   vm_run("limits/caps_per_user", t_caps);
+  vm_run("limits/caps_across_user_namespaces", t_caps_userns);
   vm_run("limits/held_after_exit", t_held_after_exit);
+  vm_run("limits/deregister_killed_is_held", t_deregister_killed);
   vm_run("limits/one_poller_per_device", t_one_poller);
   return vm_failures() ? 1 : 0;
 }

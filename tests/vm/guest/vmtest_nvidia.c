@@ -26,6 +26,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -900,6 +901,94 @@ static int t_legacy_free_turns(char *detail, size_t len) {
 }
 
 /*
+ * Issue 54, item 3: the give-up budget is the user's.  A child whose
+ * real uid is 1000 (root's privileges kept, for the holders) registers an
+ * allocation whose page user space holds and frees it: its callback waits
+ * revoke_wait_ms and gives up, which spends uid 1000's budget.  At once
+ * root frees an allocation of its own whose page is held too: its
+ * callback must still wait its whole revoke_wait_ms (for DMA in flight to
+ * land while the memory is still the tenant's).  With the budget per
+ * device it waited for nothing.
+ */
+#define BUDGET_WAIT_MS 400
+
+static void budget_child(int back) {
+  struct piped p;
+  char detail[256];
+  int fd;
+
+  emu = open("/dev/nvemu", O_RDWR);
+  fd = phx_open_dev(0);
+  /* REGISTER charges the real uid; euid 0 keeps userfaultfd usable. */
+  if (emu < 0 || fd < 0 || setresuid(1000, 0, 0))
+    _exit(10);
+  if (register_held(fd, 64 * KiB, 0x5e, &p, true, detail, sizeof(detail)))
+    _exit(11);
+  if (emu_free(p.a.va) || write(back, "f", 1) != 1)
+    _exit(12);
+  /* Until the parent has freed its own. */
+  if (read(back, detail, 1) < 0)
+    _exit(13);
+  release_hold(&p);
+  if (phx_deregister(fd, p.r.handle) || munmap(p.map, 64 * KiB))
+    _exit(14);
+  close(fd);
+  _exit(0);
+}
+
+static int t_legacy_budget_per_user(char *detail, size_t len) {
+  struct nvemu_stats before, after;
+  struct phxfs_info info;
+  struct piped p;
+  int fd, back[2], tuned, held, status = -1, freed = -1;
+  double start, took = 0;
+  pid_t child;
+  char c;
+
+  held = open_and_hold(&fd, &before, &p, 0x5d, detail, len);
+  if (held)
+    return held;
+  EXPECT(!socketpair(AF_UNIX, SOCK_STREAM, 0, back), "socketpair");
+  tuned = set_revoke_wait_ms(BUDGET_WAIT_MS);
+  child = fork();
+  EXPECT(child >= 0, "fork: %s", strerror(errno));
+  if (!child) {
+    close(back[0]);
+    budget_child(back[1]);
+  }
+  close(back[1]);
+  if (read(back[0], &c, 1) == 1) {
+    start = now_s();
+    freed = emu_free(p.a.va);
+    took = now_s() - start;
+  }
+  if (write(back[0], "g", 1) != 1)
+    kill(child, SIGKILL);
+  close(back[0]);
+  waitpid(child, &status, 0);
+  set_revoke_wait_ms(5000);
+  release_hold(&p);
+  EXPECT(!tuned, "set revoke_wait_ms: %s", strerror(-tuned));
+  EXPECT(WIFEXITED(status) && !WEXITSTATUS(status), "the uid 1000 child: status %#x", status);
+  EXPECT(!freed, "cudaFree: %s", strerror(-freed));
+  EXPECT(!phx_deregister(fd, p.r.handle) && !munmap(p.map, 64 * KiB), "teardown");
+  EXPECT(!wait_no_regs_live(fd, &info) && !info.regs_live, "regs_live %llu",
+         (unsigned long long)info.regs_live);
+  EXPECT(!wait_pins_back(&before, &after) && after.pins_live == before.pins_live, "pins %llu",
+         (unsigned long long)after.pins_live);
+  close(fd);
+  EXPECT(took >= 0.8 * BUDGET_WAIT_MS / 1e3,
+         "root's cudaFree right after uid 1000's callback gave up took %.3f s (revoke_wait_ms "
+         "%d): uid 1000 spent root's budget, and DMA in flight was not waited for",
+         took, BUDGET_WAIT_MS);
+  snprintf(detail, len,
+           "uid 1000's callback gave up on a page %s held; root's cudaFree right after waited "
+           "%.3f s for its own (revoke_wait_ms %d)",
+           holder_name(&p), took, BUDGET_WAIT_MS);
+  return 0;
+}
+
+/*
  * The last close gave up waiting for a page a pipe holds and left the
  * teardown to a work item; cudaFree's callback then finds that teardown
  * under way.  The page is known held: the callback must not wait for it a
@@ -1424,7 +1513,11 @@ static int t_refused(char *detail, size_t len) {
   EXPECT(!ret, "cudaMalloc (emulated): %s", strerror(-ret));
   ret = phx_register(fd, a.va, 1 * MiB, &r);
   EXPECT(ret == -EOPNOTSUPP, "register with persistent pins refused: %d, want EOPNOTSUPP", ret);
-  EXPECT(!emu_stats(&after) && after.legacy_pins == before.legacy_pins &&
+  /*
+   * At most one legacy pin, of the first 64 KiB, taken and put back at
+   * once to see that the memory is this device's; none kept.
+   */
+  EXPECT(!emu_stats(&after) && after.legacy_pins <= before.legacy_pins + 1 &&
              after.pins_live == before.pins_live,
          "a pin was taken anyway: legacy %llu -> %llu, live %llu -> %llu",
          (unsigned long long)before.legacy_pins, (unsigned long long)after.legacy_pins,
@@ -1436,8 +1529,50 @@ static int t_refused(char *detail, size_t len) {
   EXPECT(!emu_free(a.va), "cudaFree");
   close(fd);
   snprintf(detail, len,
-           "persistent pins refused by the driver: REGISTER EOPNOTSUPP, no legacy pin taken, "
+           "persistent pins refused by the driver: REGISTER EOPNOTSUPP, no legacy pin kept, "
            "GET_INFO flags %#x",
+           info.flags);
+  return 0;
+}
+
+/*
+ * Issue 54, item 5: memory of another GPU, whose driver refuses persistent
+ * pins (MIG), registered through this device: REGISTER fails with
+ * EOPNOTSUPP, and that must not make GET_INFO report PIN_REFUSED for this
+ * healthy device, which libphoenix reads as "no direct I/O here" for
+ * every user; this device's memory still registers with a persistent pin.
+ */
+static int t_refused_other_gpu(char *detail, size_t len) {
+  struct nvemu_stats before, after;
+  struct phxfs_info info;
+  struct phxfs_register r;
+  struct nvemu_alloc other, mine;
+  int fd = phx_open_dev(0), ret, mine_ret;
+
+  EXPECT(fd >= 0 && !emu_stats(&before), "open, stats");
+  ret = emu_alloc(1 * MiB, NVEMU_ALLOC_OTHER_GPU, &other);
+  EXPECT(!ret, "cudaMalloc on the other GPU (emulated): %s", strerror(-ret));
+  ret = phx_register(fd, other.va, 1 * MiB, &r);
+  EXPECT(!phx_get_info(fd, &info), "info after");
+  EXPECT(!emu_alloc(1 * MiB, 0, &mine), "cudaMalloc");
+  mine_ret = phx_register(fd, mine.va, 1 * MiB, &r);
+  if (!mine_ret)
+    phx_deregister(fd, r.handle);
+  emu_free(mine.va);
+  emu_free(other.va);
+  EXPECT(!emu_stats(&after) && after.pins_live == before.pins_live, "pins live %llu -> %llu",
+         (unsigned long long)before.pins_live, (unsigned long long)after.pins_live);
+  close(fd);
+  EXPECT(ret == -EOPNOTSUPP, "register of the other GPU's memory: %d, want EOPNOTSUPP", ret);
+  EXPECT(!(info.flags & PHXFS_INFO_PIN_REFUSED) && (info.flags & PHXFS_INFO_PERSISTENT),
+         "after a refusal of another GPU's memory GET_INFO flags are %#x: PIN_REFUSED turns "
+         "direct I/O off for every user of this device",
+         info.flags);
+  EXPECT(!mine_ret && r.pin == PHXFS_PIN_PERSISTENT, "this device's memory then: %s, pin %u",
+         strerror(-mine_ret), (unsigned)r.pin);
+  snprintf(detail, len,
+           "another GPU's memory (persistent pins refused): REGISTER EOPNOTSUPP, GET_INFO flags "
+           "%#x (no PIN_REFUSED), this device's memory still pinned persistently",
            info.flags);
   return 0;
 }
@@ -1496,6 +1631,7 @@ int vmtest_nvidia(const char *mode) {
     vm_run("nvidia/legacy_release_outside_owner", t_legacy_release_outside_owner);
     vm_run("nvidia/legacy_free_vs_many_held", t_legacy_free_vs_many_held);
     vm_run("nvidia/legacy_free_turns_between_processes", t_legacy_free_turns);
+    vm_run("nvidia/legacy_budget_per_user", t_legacy_budget_per_user);
     vm_run("nvidia/legacy_free_known_held", t_legacy_free_known_held);
     vm_run("nvidia/legacy_quarantine_listed_and_charged", t_legacy_quarantine_listed_and_charged);
     vm_run("nvidia/legacy_free_vs_fuse_read", t_fuse_holder);
@@ -1508,6 +1644,7 @@ int vmtest_nvidia(const char *mode) {
     vm_run("nvidia/write", t_write);
     vm_run("nvidia/bad_input", t_bad_input);
     vm_run("nvidia/page_table_checks", t_table_checks);
+    vm_run("nvidia/refused_other_gpu_not_device_wide", t_refused_other_gpu);
     vm_run("nvidia/persistent_free_while_pinned", t_free_while_pinned);
     vm_run("nvidia/rmmod_provider_while_pinned", t_rmmod_provider_while_pinned);
     vm_run("nvidia/exit_with_pins", t_exit_with_pins);

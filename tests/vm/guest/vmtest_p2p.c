@@ -251,6 +251,7 @@ int vmtest_high_bar(void) {
   vm_run("highbar/load", t_high_bar);
   vm_run("highbar/claim_walks_yield", t_claim_walks_yield);
   vm_run("highbar/walks_share_the_cpu", t_walks_share_the_cpu);
+  vm_run("highbar/starved_walkers_beside_register", t_starved_walkers_beside_register);
   return vm_failures() ? 1 : 0;
 }
 

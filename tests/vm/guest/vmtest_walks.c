@@ -34,7 +34,7 @@
 #define SMALL_LEN (64 * KiB)
 #define MAX_OPS 4096
 
-static double now_s(void) {
+double vm_now_s(void) {
   struct timespec ts;
 
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -56,15 +56,15 @@ static void *big_walks(void *arg) {
 
   w->shortest = 1e9;
   for (int i = 0; i < BIG_ROUNDS && !w->err; i++) {
-    start = now_s();
+    start = vm_now_s();
     if (phx_register(w->fd, 0, w->len, &r)) {
       w->err = errno;
       break;
     }
-    mid = now_s();
+    mid = vm_now_s();
     if (phx_deregister(w->fd, r.handle))
       w->err = errno;
-    end = now_s();
+    end = vm_now_s();
     if (mid - start < w->shortest)
       w->shortest = mid - start;
     if (end - mid < w->shortest)
@@ -87,7 +87,7 @@ static int set_watchdog_thresh(int value) {
   return old;
 }
 
-static int cmp_double(const void *a, const void *b) {
+int vm_cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
 
   return x < y ? -1 : x > y;
@@ -99,7 +99,7 @@ static int cmp_double(const void *a, const void *b) {
  * meanwhile), so with @k the number of walks this is the typical such
  * wait, which an emulator stall now and then does not move.
  */
-static double median_of_longest(const double *sorted, int n, int k) {
+double vm_median_of_longest(const double *sorted, int n, int k) {
   if (k > n)
     k = n;
   return sorted[n - 1 - k / 2];
@@ -112,11 +112,11 @@ static double median_of_longest(const double *sorted, int n, int k) {
 /* One 64 KiB register+deregister at the BAR's end; its seconds, or -1 (errno). */
 static double small_op(int fd, uint64_t bar_size) {
   struct phxfs_register r;
-  double start = now_s();
+  double start = vm_now_s();
 
   if (phx_register(fd, bar_size - SMALL_LEN, SMALL_LEN, &r) || phx_deregister(fd, r.handle))
     return -1;
-  return now_s() - start;
+  return vm_now_s() - start;
 }
 
 /* One attempt's figures: the small operations alone and beside the walks. */
@@ -173,14 +173,14 @@ static int measure_beside_walks(int big_fd, int small, uint64_t bar_size, struct
     *what = "fewer than 4 small registrations while the large ones ran";
     return EAGAIN;
   }
-  qsort(alone, (size_t)n_alone, sizeof(double), cmp_double);
-  qsort(beside, (size_t)n_beside, sizeof(double), cmp_double);
+  qsort(alone, (size_t)n_alone, sizeof(double), vm_cmp_double);
+  qsort(beside, (size_t)n_beside, sizeof(double), vm_cmp_double);
   *out = (struct beside_walks){
       .alone_median = alone[n_alone / 2],
       .alone_worst = alone[n_alone - 1],
       .beside_median = beside[n_beside / 2],
       .beside_worst = beside[n_beside - 1],
-      .typical = median_of_longest(beside, n_beside, 2 * BIG_ROUNDS),
+      .typical = vm_median_of_longest(beside, n_beside, 2 * BIG_ROUNDS),
       .shortest_walk = w.shortest,
       .n_beside = n_beside,
   };
@@ -262,7 +262,7 @@ struct spinner {
   volatile int stop;
 };
 
-static int pin_to_cpu(int cpu) {
+int vm_pin_to_cpu(int cpu) {
   cpu_set_t one;
 
   CPU_ZERO(&one);
@@ -275,10 +275,10 @@ static void *spin(void *arg) {
   struct spinner *sp = arg;
   double last, now;
 
-  (void)pin_to_cpu(0);
-  last = now_s();
+  (void)vm_pin_to_cpu(0);
+  last = vm_now_s();
   while (!sp->stop) {
-    now = now_s();
+    now = vm_now_s();
     if (now - last > 1e-3 && sp->n < MAX_GAPS) {
       sp->at[sp->n] = last;
       sp->gap[sp->n] = now - last;
@@ -316,15 +316,15 @@ int t_walks_share_the_cpu(char *detail, size_t len) {
          (unsigned long long)(info.bar_size / MiB));
   big = info.bar_size - 2 * MiB;
   EXPECT(!pthread_getaffinity_np(pthread_self(), sizeof(mask), &mask), "affinity");
-  (void)pin_to_cpu(0);
+  (void)vm_pin_to_cpu(0);
   memset(&sp, 0, sizeof(sp));
   EXPECT(!pthread_create(&th, NULL, spin, &sp), "thread");
   usleep(100000);
   for (; ops < 2 * BIG_ROUNDS && !err; ops++) {
-    from[ops] = now_s();
+    from[ops] = vm_now_s();
     if (ops % 2 == 0 ? phx_register(fd, 0, big, &r) : phx_deregister(fd, r.handle))
       err = errno;
-    to[ops] = now_s();
+    to[ops] = vm_now_s();
   }
   sp.stop = 1;
   pthread_join(th, NULL);
@@ -337,7 +337,7 @@ int t_walks_share_the_cpu(char *detail, size_t len) {
     used +=
         (size_t)snprintf(list + used, sizeof(list) - used, "%s%.1f", i ? " " : "", worst[i] * 1e3);
   }
-  qsort(worst, (size_t)ops, sizeof(double), cmp_double);
+  qsort(worst, (size_t)ops, sizeof(double), vm_cmp_double);
   median = worst[ops / 2];
   snprintf(detail, len,
            "%d REGISTER/DEREGISTERs of %llu MiB pinned to one CPU beside a spinner: the "
@@ -385,24 +385,24 @@ static void big_loop_child(struct big_loop *bl, uint64_t len) {
   int emu = open("/dev/nvemu", O_RDWR), fd = phx_open_dev(0);
   double t0, t1, t2;
 
-  if (pin_to_cpu(1) || emu < 0 || fd < 0 || ioctl(emu, NVEMU_IOC_ALLOC, &a)) {
+  if (vm_pin_to_cpu(1) || emu < 0 || fd < 0 || ioctl(emu, NVEMU_IOC_ALLOC, &a)) {
     bl->err = errno;
     bl->done = 1;
     _exit(1);
   }
   bl->ready = 1;
   while (!bl->stop && bl->rounds < MAX_ROUNDS) {
-    t0 = now_s();
+    t0 = vm_now_s();
     if (phx_register(fd, a.va, len, &r)) {
       bl->err = errno;
       break;
     }
-    t1 = now_s();
+    t1 = vm_now_s();
     if (phx_deregister(fd, r.handle)) {
       bl->err = errno;
       break;
     }
-    t2 = now_s();
+    t2 = vm_now_s();
     bl->reg_s += t1 - t0;
     bl->dereg_s += t2 - t1;
     bl->rounds++;
@@ -413,13 +413,8 @@ static void big_loop_child(struct big_loop *bl, uint64_t len) {
   _exit(bl->err ? 1 : 0);
 }
 
-struct small_reg {
-  struct nvemu_alloc a;
-  struct phxfs_register r;
-};
-
 /* cudaMalloc 64 KiB and REGISTER it (a legacy pin); 0 or -1 with errno set. */
-static int small_register(int emu, int fd, struct small_reg *s) {
+int emu_small_register(int emu, int fd, struct small_reg *s) {
   memset(s, 0, sizeof(*s));
   s->a.length = 64 * KiB;
   if (ioctl(emu, NVEMU_IOC_ALLOC, &s->a) || phx_register(fd, s->a.va, s->a.length, &s->r))
@@ -432,7 +427,7 @@ static int small_register(int emu, int fd, struct small_reg *s) {
 }
 
 /* cudaFree a registered allocation; the seconds its free callback took, or -1. */
-static double timed_free(int emu, const struct small_reg *s) {
+double emu_timed_free(int emu, const struct small_reg *s) {
   struct nvemu_stats before, after;
   struct nvemu_free f = {.va = s->a.va};
 
@@ -472,17 +467,17 @@ static int t_free_callback_beside_walks(char *detail, size_t len) {
   EXPECT(bl != MAP_FAILED, "mmap");
   memset(bl, 0, sizeof(*bl));
   for (; n_alone < ALONE_FREES; n_alone++) {
-    EXPECT(!small_register(emu, fd, &one), "register a 64 KiB allocation: %s", strerror(errno));
-    took = timed_free(emu, &one);
+    EXPECT(!emu_small_register(emu, fd, &one), "register a 64 KiB allocation: %s", strerror(errno));
+    took = emu_timed_free(emu, &one);
     EXPECT(took >= 0 && !phx_deregister(fd, one.r.handle), "cudaFree of a registered 64 KiB: %s",
            strerror(errno));
     alone[n_alone] = took;
     usleep(2000);
   }
   for (; n_pool < POOL; n_pool++)
-    EXPECT(!small_register(emu, fd, &pool[n_pool]), "register 64 KiB allocation %d: %s", n_pool,
+    EXPECT(!emu_small_register(emu, fd, &pool[n_pool]), "register 64 KiB allocation %d: %s", n_pool,
            strerror(errno));
-  EXPECT(!pthread_getaffinity_np(pthread_self(), sizeof(mask), &mask) && !pin_to_cpu(0),
+  EXPECT(!pthread_getaffinity_np(pthread_self(), sizeof(mask), &mask) && !vm_pin_to_cpu(0),
          "affinity: %s", strerror(errno));
   thresh = set_watchdog_thresh(1);
   child = fork();
@@ -492,7 +487,7 @@ static int t_free_callback_beside_walks(char *detail, size_t len) {
   while (!bl->ready && !bl->done)
     usleep(1000);
   while (!bl->done && n_beside < POOL) {
-    took = timed_free(emu, &pool[n_beside]);
+    took = emu_timed_free(emu, &pool[n_beside]);
     if (took < 0) {
       err = errno;
       break;
@@ -518,13 +513,13 @@ static int t_free_callback_beside_walks(char *detail, size_t len) {
   EXPECT(bl->rounds >= 2, "the child did %d rounds", bl->rounds);
   EXPECT(n_beside >= 8 * bl->rounds, "only %d callbacks while %d rounds of walks ran", n_beside,
          bl->rounds);
-  qsort(alone, (size_t)n_alone, sizeof(double), cmp_double);
-  qsort(beside, (size_t)n_beside, sizeof(double), cmp_double);
+  qsort(alone, (size_t)n_alone, sizeof(double), vm_cmp_double);
+  qsort(beside, (size_t)n_beside, sizeof(double), vm_cmp_double);
   walks = 2 * bl->rounds;
   for (int i = 0; i < walks && i < 24; i++)
     used += (size_t)snprintf(longest + used, sizeof(longest) - used, "%s%.1f", i ? " " : "",
                              beside[n_beside - 1 - i] * 1e3);
-  typical = median_of_longest(beside, n_beside, walks);
+  typical = vm_median_of_longest(beside, n_beside, walks);
   snprintf(detail, len,
            "free callback of a 64 KiB legacy pin alone: median %.2f ms, worst %.2f; beside %d "
            "REGISTER (mean %.1f ms) and DEREGISTER (%.1f ms) of %llu MiB in another process: %d "
@@ -544,5 +539,7 @@ static int t_free_callback_beside_walks(char *detail, size_t len) {
 
 int vmtest_high_bar_nvidia(void) {
   vm_run("highbar/free_callback_beside_walks", t_free_callback_beside_walks);
+  vm_run("highbar/starved_walkers_beside_callbacks", t_starved_walkers_beside_callbacks);
+  vm_run("highbar/starved_register_beside_its_free", t_starved_register_beside_its_free);
   return vm_failures() ? 1 : 0;
 }

@@ -85,6 +85,7 @@ struct nvemu_alloc_rec {
 	u64 length;
 	u64 bar_offset;
 	bool scatter;
+	bool other_gpu; /* NVEMU_ALLOC_OTHER_GPU */
 	bool freed; /* cudaFree'd while persistently pinned: deferred */
 	struct list_head pins;
 };
@@ -197,6 +198,10 @@ static int nvemu_make_table(const struct nvemu_alloc_rec *a, u64 va, u64 len,
 			page ^= 1;
 		t->pages[i]->physical_address =
 			nvemu_bar_start + a->bar_offset + page * NVEMU_GPU_PAGE;
+		/* The other GPU's BAR: just past this one. */
+		if (a->other_gpu)
+			t->pages[i]->physical_address +=
+				(u64)nvemu_nbits * NVEMU_GPU_PAGE;
 		if (fault == 3 && i == n - 1)
 			t->pages[i]->physical_address =
 				nvemu_bar_start + (u64)nvemu_nbits * NVEMU_GPU_PAGE;
@@ -244,6 +249,11 @@ static int nvemu_pin(u64 va, u64 len, struct nvidia_p2p_page_table **table,
 		ret = -EINVAL;
 		goto err;
 	}
+	/* The other GPU is in MIG mode. */
+	if (persistent && a->other_gpu) {
+		ret = -ENOTSUPP;
+		goto err;
+	}
 	snap = *a;
 	mutex_unlock(&nvemu_lock);
 	ret = nvemu_make_table(&snap, va, len, &pin->table);
@@ -253,7 +263,8 @@ static int nvemu_pin(u64 va, u64 len, struct nvidia_p2p_page_table **table,
 	/* Freed meanwhile (and maybe allocated again elsewhere): not pinned. */
 	a = nvemu_find_alloc(va, len);
 	if (!a || a->va != snap.va || a->bar_offset != snap.bar_offset ||
-	    a->length != snap.length || a->scatter != snap.scatter) {
+	    a->length != snap.length || a->scatter != snap.scatter ||
+	    a->other_gpu != snap.other_gpu) {
 		mutex_unlock(&nvemu_lock);
 		nvemu_free_table(pin->table);
 		ret = -EINVAL;
@@ -489,7 +500,8 @@ static long nvemu_ioctl_alloc(struct file *file, void __user *uarg)
 	if (copy_from_user(&args, uarg, sizeof(args)))
 		return -EFAULT;
 	if (!args.length || !IS_ALIGNED(args.length, NVEMU_GPU_PAGE) ||
-	    args.flags & ~NVEMU_ALLOC_SCATTER || args.pad)
+	    args.flags & ~(NVEMU_ALLOC_SCATTER | NVEMU_ALLOC_OTHER_GPU) ||
+	    args.pad)
 		return -EINVAL;
 	n = args.length / NVEMU_GPU_PAGE;
 	if (n > nvemu_nbits)
@@ -530,6 +542,7 @@ static long nvemu_ioctl_alloc(struct file *file, void __user *uarg)
 	a->va = NVEMU_VA_BASE + (u64)va_start * NVEMU_GPU_PAGE;
 	a->length = args.length;
 	a->scatter = args.flags & NVEMU_ALLOC_SCATTER;
+	a->other_gpu = args.flags & NVEMU_ALLOC_OTHER_GPU;
 	list_add(&a->node, &nvemu_allocs);
 	nvemu_stats.allocs_live++;
 	mutex_unlock(&nvemu_lock);

@@ -16,6 +16,12 @@
 
 /* Swap every pair of 64 KiB pages: VA-contiguous, physically scattered. */
 #define NVEMU_ALLOC_SCATTER (1U << 0)
+/*
+ * Memory of another GPU, one whose driver refuses persistent pins (MIG):
+ * persistent get_pages fails with -ENOTSUPP, and legacy get_pages gives
+ * physical addresses past the end of this BAR.
+ */
+#define NVEMU_ALLOC_OTHER_GPU (1U << 1)
 
 struct nvemu_alloc {
 	__u64 length;     /* in: multiple of 64 KiB */
