@@ -213,8 +213,8 @@ void phxfs_reg_dev_init(struct phxfs_dev *dev);
 
 /* phxfs_users.c */
 kuid_t phxfs_user_of_current(void);
-int phxfs_user_charge(kuid_t uid, u64 length);
-void phxfs_user_uncharge(kuid_t uid, u64 length);
+int phxfs_user_charge(kuid_t uid, const struct phxfs_dev *dev, u64 length);
+void phxfs_user_uncharge(kuid_t uid, const struct phxfs_dev *dev, u64 length);
 bool phxfs_user_revoke_spent(kuid_t uid);
 void phxfs_user_revoke_gave_up(kuid_t uid, unsigned long until);
 

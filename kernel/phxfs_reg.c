@@ -45,7 +45,7 @@ static void phxfs_reg_free(struct kref *ref)
 
 	phxfs_listing_del(reg);
 	if (reg->charged)
-		phxfs_user_uncharge(reg->charged_uid, reg->length);
+		phxfs_user_uncharge(reg->charged_uid, reg->dev, reg->length);
 	if (reg->owner_mm)
 		mmdrop(reg->owner_mm);
 	if (reg->mapping)
@@ -497,7 +497,7 @@ int phxfs_reg_create(struct phxfs_file *pf, u64 device_addr, u64 length,
 	init_waitqueue_head(&reg->unclaimed);
 	INIT_DELAYED_WORK(&reg->put_later, phxfs_reg_put_later_work);
 	/* Before the page table, the one thing sized by the caller. */
-	ret = phxfs_user_charge(reg->charged_uid, length);
+	ret = phxfs_user_charge(reg->charged_uid, dev, length);
 	if (ret)
 		goto err_free;
 	reg->charged = true;

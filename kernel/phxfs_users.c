@@ -11,8 +11,10 @@
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/capability.h>
 #include <linux/hashtable.h>
 #include <linux/jiffies.h>
+#include <linux/math64.h>
 #include <linux/module.h>
 #include <linux/slab.h>
 #include <linux/spinlock.h>
@@ -31,11 +33,18 @@ module_param(max_pinned_mib_per_user, ulong, 0644);
 MODULE_PARM_DESC(max_pinned_mib_per_user,
 		 "Device memory one user may hold registered over all devices, MiB (0, the default: no limit); REGISTER past it fails with EDQUOT");
 
+static uint max_bar_percent_per_user = 90;
+module_param(max_bar_percent_per_user, uint, 0644);
+MODULE_PARM_DESC(max_bar_percent_per_user,
+		 "Percent of each device's BAR one user may hold registered, held ones included (0: no limit; default 90, so that one user cannot pin a whole BAR); users with CAP_IPC_LOCK are exempt, as from mlock limits; REGISTER past it fails with EDQUOT");
+
 struct phxfs_user {
 	struct hlist_node node;
 	kuid_t uid;
 	unsigned long regs;
 	u64 bytes;
+	/* Per device index: what max_bar_percent_per_user bounds. */
+	u64 dev_bytes[PHXFS_MAX_DEVICES];
 	/*
 	 * NVIDIA legacy: until this time (jiffies) a free callback of this
 	 * user's registrations does not wait for held pages (phxfs_nvidia.c).
@@ -83,19 +92,36 @@ static struct phxfs_user *phxfs_user_find(kuid_t uid)
 	return NULL;
 }
 
+/* The bytes of @dev's BAR one user may hold; 0: no limit. */
+static u64 phxfs_user_bar_share(const struct phxfs_dev *dev)
+{
+	unsigned int pct = min(READ_ONCE(max_bar_percent_per_user), 100U);
+
+	/* Before any lock; no audit record for each REGISTER without it. */
+	if (!pct || pct == 100 ||
+	    ns_capable_noaudit(&init_user_ns, CAP_IPC_LOCK))
+		return 0;
+	return div_u64(dev->bar_size * pct, 100);
+}
+
 /**
- * phxfs_user_charge() - count a registration of @length bytes against @uid.
- * @uid:    the registering user.
+ * phxfs_user_charge() - count a registration of @length bytes of @dev
+ * against @uid.
+ * @uid:    the registering user (phxfs_user_of_current()).
+ * @dev:    the device registered.
  * @length: its size in bytes.
  *
  * Return: 0; -EDQUOT when the user already holds max_regs_per_user
- * registrations or the bytes would pass max_pinned_mib_per_user; -ENOMEM.
+ * registrations, or the bytes would pass max_pinned_mib_per_user over all
+ * devices or max_bar_percent_per_user of @dev's BAR; -ENOMEM.
  */
-int phxfs_user_charge(kuid_t uid, u64 length)
+int phxfs_user_charge(kuid_t uid, const struct phxfs_dev *dev, u64 length)
 {
 	unsigned int max_regs = READ_ONCE(max_regs_per_user);
 	u64 max_bytes = (u64)READ_ONCE(max_pinned_mib_per_user) << 20;
+	u64 share = phxfs_user_bar_share(dev);
 	struct phxfs_user *fresh, *u, *unused = NULL;
+	u64 *on_dev;
 	int ret = 0;
 
 	fresh = kzalloc(sizeof(*fresh), GFP_KERNEL);
@@ -109,8 +135,10 @@ int phxfs_user_charge(kuid_t uid, u64 length)
 		u->uid = uid;
 		hash_add(phxfs_users, &u->node, __kuid_val(uid));
 	}
+	on_dev = &u->dev_bytes[dev->index];
 	if ((max_regs && u->regs >= max_regs) ||
-	    (max_bytes && (length > max_bytes || u->bytes > max_bytes - length))) {
+	    (max_bytes && (length > max_bytes || u->bytes > max_bytes - length)) ||
+	    (share && (length > share || *on_dev > share - length))) {
 		ret = -EDQUOT;
 		if (!u->regs) {
 			hash_del(&u->node);
@@ -119,6 +147,7 @@ int phxfs_user_charge(kuid_t uid, u64 length)
 	} else {
 		u->regs++;
 		u->bytes += length;
+		*on_dev += length;
 	}
 	spin_unlock(&phxfs_users_lock);
 	kfree(fresh);
@@ -129,17 +158,20 @@ int phxfs_user_charge(kuid_t uid, u64 length)
 /**
  * phxfs_user_uncharge() - release what phxfs_user_charge() counted.
  * @uid:    the user charged.
+ * @dev:    the device registered.
  * @length: the bytes charged.
  */
-void phxfs_user_uncharge(kuid_t uid, u64 length)
+void phxfs_user_uncharge(kuid_t uid, const struct phxfs_dev *dev, u64 length)
 {
 	struct phxfs_user *u, *gone = NULL;
 
 	spin_lock(&phxfs_users_lock);
 	u = phxfs_user_find(uid);
-	if (!WARN_ON_ONCE(!u || !u->regs || u->bytes < length)) {
+	if (!WARN_ON_ONCE(!u || !u->regs || u->bytes < length ||
+			  u->dev_bytes[dev->index] < length)) {
 		u->regs--;
 		u->bytes -= length;
+		u->dev_bytes[dev->index] -= length;
 		if (!u->regs) {
 			hash_del(&u->node);
 			gone = u;

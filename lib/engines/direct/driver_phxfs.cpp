@@ -89,7 +89,8 @@ class PhxfsDriver final : public DeviceDriver {
                            std::to_string(device_address) + ", size " + std::to_string(size) +
                            " failed" +
                            (err == EDQUOT ? " (this user holds phxfs's max_regs_per_user "
-                                            "registrations or max_pinned_mib_per_user MiB)"
+                                            "registrations, max_pinned_mib_per_user MiB or "
+                                            "max_bar_percent_per_user of the device's BAR)"
                                           : ""));
     }
     return {raw.handle, raw.mmap_offset};

@@ -302,6 +302,64 @@ static int t_caps_userns(char *detail, size_t len) {
 }
 
 /*
+ * Issue 54, item 2: by default one user may hold 90% of a device's BAR
+ * (max_bar_percent_per_user), so that no user pins a whole one; users
+ * with CAP_IPC_LOCK (root here) are exempt, as from mlock limits.  uid
+ * 1000 registers 7/8 of dev0, then the last 1/8: EDQUOT.
+ */
+static int t_bar_share(char *detail, size_t len) {
+  struct phxfs_info info;
+  struct phxfs_register whole;
+  int fd = phx_open_dev(0), status = -1, tuned, root_whole;
+  bool read_ok;
+  char value[16] = "";
+  FILE *f;
+  pid_t child;
+
+  EXPECT(fd >= 0 && !phx_get_info(fd, &info), "dev0: %s", strerror(errno));
+  f = fopen(PHX_PARAMS "max_bar_percent_per_user", "r");
+  read_ok = f && fgets(value, sizeof(value), f);
+  if (f)
+    fclose(f);
+  EXPECT(read_ok, "read max_bar_percent_per_user: %s", strerror(errno));
+  EXPECT(atoi(value) == 90, "max_bar_percent_per_user is %s by default, want 90", value);
+  tuned = phx_set_param("pcibar_open", 1);
+  EXPECT(!tuned, "pcibar_open: %s", strerror(-tuned));
+  child = fork();
+  EXPECT(child >= 0, "fork: %s", strerror(errno));
+  if (!child) {
+    struct phxfs_register most, rest;
+    uint64_t eighth = info.bar_size / 8;
+    /* Its own file: its registrations end with it. */
+    int own = phx_open_dev(0);
+
+    if (own < 0 || setresgid(1000, 1000, 1000) || setresuid(1000, 1000, 1000))
+      _exit(2);
+    if (phx_register(own, 0, 7 * eighth, &most))
+      _exit(3);
+    if (!phx_register(own, 7 * eighth, eighth, &rest))
+      _exit(4);
+    _exit(errno == EDQUOT ? 0 : 5);
+  }
+  waitpid(child, &status, 0);
+  phx_set_param("pcibar_open", 0);
+  root_whole = phx_register(fd, 0, info.bar_size, &whole);
+  if (!root_whole)
+    phx_deregister(fd, whole.handle);
+  close(fd);
+  EXPECT(WIFEXITED(status) && WEXITSTATUS(status) != 2 && WEXITSTATUS(status) != 3,
+         "uid 1000's first 7/8 of the BAR: status %#x", status);
+  EXPECT(WEXITSTATUS(status) != 4, "uid 1000 registered the whole BAR, in two pieces");
+  EXPECT(!WEXITSTATUS(status), "uid 1000's last 1/8: not EDQUOT (status %#x)", status);
+  EXPECT(!root_whole, "root (CAP_IPC_LOCK), the whole BAR: %s", strerror(errno));
+  snprintf(detail, len,
+           "max_bar_percent_per_user 90 by default: uid 1000 holds 7/8 of a %llu MiB BAR, the "
+           "last 1/8 is EDQUOT; root (CAP_IPC_LOCK) registers all of it",
+           (unsigned long long)(info.bar_size / MiB));
+  return 0;
+}
+
+/*
  * A kernel with CONFIG_PCI_P2PDMA refused the pipe's hold on the pages
  * (EREMOTEIO): closes the pipe, says so in @detail, returns 1 (skip).
  */
@@ -576,6 +634,7 @@ int vmtest_limits(void) {
   vm_run("limits/listing_scales", t_listing_scales);
   vm_run("limits/caps_per_user", t_caps);
   vm_run("limits/caps_across_user_namespaces", t_caps_userns);
+  vm_run("limits/bar_share_per_user", t_bar_share);
   vm_run("limits/held_after_exit", t_held_after_exit);
   vm_run("limits/deregister_killed_is_held", t_deregister_killed);
   vm_run("limits/one_poller_per_device", t_one_poller);
