@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "engines/compat/copy_pool.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -201,6 +203,8 @@ CopyPool::~CopyPool() {
 }
 
 void CopyPool::pin_ahead() noexcept {
+  // Named for top and debuggers, and for tests that must not fork while it runs.
+  (void)::pthread_setname_np(::pthread_self(), "phx-pin");
   // Buffered chunks are the smaller ones; an O_DIRECT job grows its slots.
   const std::size_t size = std::min(config_.chunk, config_.direct_chunk);
   for (std::size_t k = 0; k < pinned_.size(); ++k) {
