@@ -252,6 +252,7 @@ int vmtest_high_bar(void) {
   vm_run("highbar/claim_walks_yield", t_claim_walks_yield);
   vm_run("highbar/walks_share_the_cpu", t_walks_share_the_cpu);
   vm_run("highbar/starved_walkers_beside_register", t_starved_walkers_beside_register);
+  vm_run("highbar/poller_walks_outside_its_lock", t_poller_walks_outside_its_lock);
   return vm_failures() ? 1 : 0;
 }
 

@@ -22,6 +22,8 @@ int vmtest_high_bar_nvidia(void);
 int t_starved_walkers_beside_register(char *detail, size_t len);
 int t_starved_walkers_beside_callbacks(char *detail, size_t len);
 int t_starved_register_beside_its_free(char *detail, size_t len);
+/* vmtest_poller.c: the poller's walks and hand-overs (issue 54, item 4). */
+int t_poller_walks_outside_its_lock(char *detail, size_t len);
 
 /* Helpers of vmtest_walks.c shared with vmtest_starved.c. */
 double vm_now_s(void);
