@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -85,11 +86,21 @@ TEST_F(Residency, NothingCachedReadsAsZeroAndEverythingAsOne) {
   lay_out(kMiB, [](std::uint64_t) { return false; });
   ASSERT_LT(exact_fraction(fd_, 0, size_), 0.01) << "POSIX_FADV_DONTNEED did not evict";
   EXPECT_EQ(resident_fraction(fd_, 0, size_), 0.0);
-  lay_out(kMiB, [](std::uint64_t) { return true; });
-  // Not exactly 1: under memory pressure (CI runs tests side by side) the
-  // kernel may drop a page it just read, and a sampled page then counts.
-  const double estimate = resident_fraction(fd_, 0, size_);
-  ASSERT_GT(exact_fraction(fd_, 0, size_), 0.99) << "the pages read did not stay cached";
+  // Not exactly 1: under memory pressure (CI runs tests side by side, and
+  // a machine may reclaim cold pages on its own, as DAMON does) the kernel
+  // may drop a page it just read, and a sampled page then counts.  The
+  // layout is made again when more than 1% went while it was measured.
+  double estimate = -1;
+  double before = 0;
+  double after = 0;
+  for (int attempt = 0; attempt < 3 && (before <= 0.99 || after <= 0.99); ++attempt) {
+    lay_out(kMiB, [](std::uint64_t) { return true; });
+    before = exact_fraction(fd_, 0, size_);
+    estimate = resident_fraction(fd_, 0, size_);
+    after = exact_fraction(fd_, 0, size_);
+  }
+  ASSERT_GT(std::min(before, after), 0.99)
+      << "the pages read did not stay cached, three times: " << before << " then " << after;
   EXPECT_GE(estimate, 0.99);
 }
 

@@ -10,6 +10,8 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -373,11 +375,13 @@ static int hold_refused(int fds[2], const char *what, char *detail, size_t len) 
 /*
  * In a child: registers [@off, +@size) of dev0, fills its mapping with
  * @fill, vmsplices it into @pipe_w and writes the handle to @report_w.
- * Returns 0 (the file in *@fd_out, if given), else the child's exit
- * status: 2 setup, 3 this kernel refuses the pipe's hold (EREMOTEIO), 4.
+ * Returns 0, else the child's exit status: 2 setup, 3 this kernel refuses
+ * the pipe's hold (EREMOTEIO), 4.  The file and the mapping go to *@fd_out
+ * and *@map_out (if given) once made.
  */
 static int register_spliced(uint64_t off, uint64_t size, unsigned char fill, int pipe_w,
-                            int report_w, struct phxfs_register *r, int *fd_out) {
+                            int report_w, struct phxfs_register *r, int *fd_out,
+                            unsigned char **map_out) {
   int fd = phx_open_dev(0);
   unsigned char *map;
   struct iovec iov;
@@ -385,6 +389,10 @@ static int register_spliced(uint64_t off, uint64_t size, unsigned char fill, int
 
   if (fd < 0 || phx_register(fd, off, size, r) || !(map = phx_map(fd, r)))
     return 2;
+  if (fd_out)
+    *fd_out = fd;
+  if (map_out)
+    *map_out = map;
   memset(map, fill, size);
   iov = (struct iovec){map, size};
   spliced = vmsplice(pipe_w, &iov, 1, 0);
@@ -393,8 +401,6 @@ static int register_spliced(uint64_t off, uint64_t size, unsigned char fill, int
   if (spliced != (ssize_t)size ||
       write(report_w, &r->handle, sizeof(r->handle)) != (ssize_t)sizeof(r->handle))
     return 4;
-  if (fd_out)
-    *fd_out = fd;
   return 0;
 }
 
@@ -416,7 +422,7 @@ static int t_held_after_exit(char *detail, size_t len) {
   child = fork();
   EXPECT(child >= 0, "fork");
   if (!child)
-    _exit(register_spliced(off, size, 0x2d, fds[1], report[1], &r, NULL));
+    _exit(register_spliced(off, size, 0x2d, fds[1], report[1], &r, NULL, NULL));
   close(report[1]);
   if (read(report[0], &handle, sizeof(handle)) != (ssize_t)sizeof(handle))
     handle = 0;
@@ -493,6 +499,46 @@ static int count_phxfs_work(unsigned int seconds) {
   return n;
 }
 
+/* In the process that shares the registration's mm: the read that stalls. */
+static int read_into_held(void *arg) {
+  struct uffd_holder *h = arg;
+  struct iovec iov[2] = {{h->map, h->size}, {h->page, 4096}};
+
+  return preadv(h->file, iov, 2, 0) < 0;
+}
+
+/*
+ * Where no pipe can hold P2PDMA pages: an O_DIRECT read into the @size
+ * bytes at @map, stalled by userfaultfd on the page after them, from a
+ * process that shares this one's mm (spawn_same_mm), so that the hold
+ * outlives this process when it is killed.  The holder's file is unlinked
+ * at once.  Writes @handle to @report_w and returns 0 with the reader's
+ * pid in *@reader, else an exit status (3: no such hold here either).
+ */
+static int hold_by_stalled_read(unsigned char *map, uint64_t size, unsigned long long handle,
+                                int report_w, pid_t *reader) {
+  static struct uffd_holder h;
+  struct pollfd p;
+  struct uffd_msg msg;
+  char why[160];
+
+  if (uffd_holder_start(&h, size, 0x6b, why, sizeof(why)))
+    return 3;
+  unlink(h.path);
+  h.path[0] = 0;
+  h.map = map;
+  *reader = spawn_same_mm(read_into_held, &h);
+  if (*reader < 0)
+    return 2;
+  p = (struct pollfd){.fd = h.uffd, .events = POLLIN};
+  if (poll(&p, 1, 5000) != 1 || read(h.uffd, &msg, sizeof(msg)) != (ssize_t)sizeof(msg) ||
+      msg.event != UFFD_EVENT_PAGEFAULT) {
+    kill(*reader, SIGKILL);
+    return 3;
+  }
+  return write(report_w, &handle, sizeof(handle)) == (ssize_t)sizeof(handle) ? 0 : 4;
+}
+
 /*
  * Issue 54, item 6: a DEREGISTER that waits for a page a pipe holds, and
  * is killed meanwhile, leaves the registration to the poller as a wait
@@ -502,6 +548,7 @@ static int count_phxfs_work(unsigned int seconds) {
 static int t_deregister_killed(char *detail, size_t len) {
   const uint64_t off = HELD_AREA + 1 * MiB, size = 64 * KiB;
   int fds[2], report[2], status = 0, found = -1, i;
+  pid_t reader = 0;
   unsigned long long handle = 0;
   struct phx_listed l = {0};
   char waiting[sizeof(l.state)] = "";
@@ -512,16 +559,21 @@ static int t_deregister_killed(char *detail, size_t len) {
   EXPECT(child >= 0, "fork");
   if (!child) {
     struct phxfs_register r;
-    int fd, code = register_spliced(off, size, 0x6b, fds[1], report[1], &r, &fd);
+    unsigned char *map = NULL;
+    pid_t reader = 0;
+    int fd = -1, code = register_spliced(off, size, 0x6b, fds[1], report[1], &r, &fd, &map);
 
-    if (code)
-      _exit(code);
-    /* Waits for the pipe until killed. */
+    if (code == 3)
+      code = hold_by_stalled_read(map, size, r.handle, report[1], &reader);
+    if (code || write(report[1], &reader, sizeof(reader)) != (ssize_t)sizeof(reader))
+      _exit(code ? code : 4);
+    /* Waits for the pipe or the read until killed. */
     phx_deregister(fd, r.handle);
     _exit(5);
   }
   close(report[1]);
-  if (read(report[0], &handle, sizeof(handle)) != (ssize_t)sizeof(handle))
+  if (read(report[0], &handle, sizeof(handle)) != (ssize_t)sizeof(handle) ||
+      read(report[0], &reader, sizeof(reader)) != (ssize_t)sizeof(reader))
     handle = 0;
   close(report[0]);
   if (!handle) {
@@ -545,18 +597,23 @@ static int t_deregister_killed(char *detail, size_t len) {
   found = phx_find_listed(0, handle, &l);
   close(fds[0]);
   close(fds[1]);
+  /* The stalled read's process (P2PDMA kernels): its read ends with it. */
+  if (reader > 0)
+    kill(reader, SIGKILL);
   EXPECT(!strcmp(waiting, "releasing"), "while DEREGISTER waited for the pipe: %s, want releasing",
          waiting);
   EXPECT(WIFSIGNALED(status), "the DEREGISTER returned with the pipe open (status %#x)", status);
   EXPECT(found == 1 && !strcmp(l.state, "held"),
-         "after the DEREGISTER waiting for a pipe was killed: %s, want held",
+         "after the DEREGISTER waiting for a held page was killed: %s, want held",
          found == 1 ? l.state : "not listed");
   for (i = 0; i < 100 && (found = phx_find_listed(0, handle, &l)) == 1; i++)
     usleep(100000);
   EXPECT(found == 0, "still listed 10 s after the pipe closed (%d, state %s)", found, l.state);
-  snprintf(detail, len,
-           "a DEREGISTER waiting for a pipe's hold (listed releasing) and killed: listed held, "
-           "gone once the pipe closed");
+  snprintf(
+      detail, len,
+      "a DEREGISTER waiting for %s (listed releasing) and killed: listed held, gone once "
+      "that ended",
+      reader > 0 ? "a stalled O_DIRECT read (P2PDMA: no pipe holds these pages)" : "a pipe's hold");
   return 0;
 }
 
