@@ -17,9 +17,12 @@ and transformers then places the tensors it is handed instead of reading
 them itself.  The result is the model transformers returns, parameter for
 parameter.
 
-Covered: a local folder with ``model.safetensors`` or a sharded
-``model.safetensors.index.json``; ``device_map`` of one device ("cpu",
-"cuda", "cuda:N", N, a ``torch.device``), a dict {module: device}, or
+Covered: a local folder (or its ``subfolder``) with ``model.safetensors``
+or a sharded ``model.safetensors.index.json`` (or their ``variant``);
+weights the checkpoint lacks or, with ``ignore_mismatched_sizes``, has in
+another shape initialised and reported as transformers does; ``device_map``
+of one device ("cpu", "cuda", "cuda:N", N, a ``torch.device``), a dict
+{module: device}, or
 "auto"/"balanced"/"balanced_low_0"/"sequential" (accelerate's placement,
 as transformers computes it).  Refused with an error, not a different
 model: quantized checkpoints, remote code, ``.bin``/GGUF checkpoints, hub
@@ -62,14 +65,17 @@ _REFUSED = {
     "key_mapping": "custom key mappings",
     "use_kernels": "hub kernels",
     "kernel_config": "hub kernels",
-    "variant": "checkpoint variants",
-    "subfolder": "subfolders",
-    "revision": "hub revisions",
-    "use_safetensors": "the choice of format (safetensors only)",
 }
 
 # Keywords that only tune what is refused or ignored anyway.
 _IGNORED = {"low_cpu_mem_usage", "local_files_only", "_fast_init"}
+
+# Keywords taken at the values that mean what a local safetensors folder
+# is; any other value asks for something this function does not read.
+_ONLY = {
+    "revision": ((None, "main"), "hub revisions (a local folder has one)"),
+    "use_safetensors": ((None, True), "the choice of format (safetensors only)"),
+}
 
 
 def _transformers():
@@ -106,7 +112,8 @@ def _oserror(code: int, message: str, path: str) -> OSError:
     return OSError(code, f"phoenix_gds.hf.from_pretrained: {message}", path)
 
 
-def _model_class(cls: Any, path: str, config: Any, config_kwargs: Dict[str, Any], hf: dict):
+def _model_class(cls: Any, path: str, subfolder: str, config: Any, config_kwargs: Dict[str, Any],
+                 hf: dict):
     """The concrete model class and its configuration, as transformers resolves them."""
     from transformers import AutoConfig, PreTrainedConfig
 
@@ -116,7 +123,8 @@ def _model_class(cls: Any, path: str, config: Any, config_kwargs: Dict[str, Any]
         if loader is None:
             raise TypeError(f"{cls.__name__} has no config_class; pass config=")
         config, unused = loader.from_pretrained(path, return_unused_kwargs=True,
-                                                local_files_only=True, **config_kwargs)
+                                                local_files_only=True, subfolder=subfolder,
+                                                **config_kwargs)
     elif isinstance(config, PreTrainedConfig):
         import copy
 
@@ -242,7 +250,9 @@ def from_pretrained(
     (``torch_dtype``), max_memory, generation_config, output_loading_info,
     attn_implementation and configuration overrides: as transformers'.
     loader_options: :class:`phoenix_gds.Loader`'s keywords (engine, cache,
-    chunk_size, queue_depth, parallel_files, pinned).
+    chunk_size, queue_depth, parallel_files, pinned).  subfolder, variant,
+    ignore_mismatched_sizes, and revision "main" and use_safetensors True
+    (what a local safetensors folder is) as transformers'.
 
     Raises :class:`UnsupportedCheckpoint` (a NotImplementedError) for what it
     does not cover, OSError (errno set) for a missing or unreadable folder.
@@ -254,9 +264,18 @@ def from_pretrained(
             raise UnsupportedCheckpoint(
                 f"{name}=: {_REFUSED[name]} are not covered by phoenix_gds.hf; use transformers' "
                 "from_pretrained")
-    kwargs = {k: v for k, v in kwargs.items() if k not in _REFUSED and k not in _IGNORED}
+        if name in _ONLY and not any(kwargs[name] is v or kwargs[name] == v
+                                     for v in _ONLY[name][0]):
+            raise UnsupportedCheckpoint(
+                f"{name}={kwargs[name]!r}: {_ONLY[name][1]} are not covered by phoenix_gds.hf; "
+                "use transformers' from_pretrained")
+    subfolder = kwargs.pop("subfolder", None) or ""
+    variant = kwargs.pop("variant", None)
+    ignore_mismatched_sizes = bool(kwargs.pop("ignore_mismatched_sizes", False))
+    kwargs = {k: v for k, v in kwargs.items()
+              if k not in _REFUSED and k not in _IGNORED and k not in _ONLY}
     path = os.fspath(pretrained_model_name_or_path)
-    if not os.path.isdir(path):
+    if not os.path.isdir(os.path.join(path, subfolder)):
         raise _oserror(errno.ENOENT if not os.path.exists(path) else errno.ENOTDIR,
                        "expected a local checkpoint folder (download it first, e.g. with "
                        "huggingface_hub.snapshot_download)", path)
@@ -269,7 +288,8 @@ def from_pretrained(
     attn_implementation = kwargs.pop("attn_implementation", None)
     experts_implementation = kwargs.pop("experts_implementation", None)
 
-    model_class, config, model_kwargs, from_auto = _model_class(cls, path, config, kwargs, hf)
+    model_class, config, model_kwargs, from_auto = _model_class(cls, path, subfolder, config,
+                                                                kwargs, hf)
     if attn_implementation is not None:
         config._attn_implementation = attn_implementation
     if experts_implementation is not None:
@@ -278,9 +298,9 @@ def from_pretrained(
 
     download_kwargs = {"cache_dir": None, "force_download": False, "proxies": None,
                        "local_files_only": True, "token": None, "revision": "main",
-                       "subfolder": ""}
+                       "subfolder": subfolder}
     files, sharded_metadata = mu._get_resolved_checkpoint_files(
-        pretrained_model_name_or_path=path, variant=None, gguf_file=None, use_safetensors=None,
+        pretrained_model_name_or_path=path, variant=variant, gguf_file=None, use_safetensors=None,
         user_agent={"file_type": "model", "framework": "pytorch", "from_auto_class": from_auto},
         is_remote_code=False,
         transformers_explicit_filename=getattr(config, "transformers_weights", None),
@@ -318,20 +338,17 @@ def from_pretrained(
 
     load_config = mu.LoadStateDictConfig(
         pretrained_model_name_or_path=path, download_kwargs=download_kwargs,
-        use_safetensors=True, ignore_mismatched_sizes=False, sharded_metadata=sharded_metadata,
+        use_safetensors=True, ignore_mismatched_sizes=ignore_mismatched_sizes,
+        sharded_metadata=sharded_metadata,
         device_map=device_map, dtype=dtype, dtype_plan=dtype_plan, hf_quantizer=None,
         device_mesh=None, weights_only=True, weight_mapping=weight_mapping)
     loading_info, _ = hf["convert_and_load"](model, state, load_config)
     del state
+    # As transformers: weights the checkpoint lacks (a base model's into a
+    # model with a new head) and, with ignore_mismatched_sizes, those it has
+    # in another shape are initialised as the model initialises them, and
+    # the load report is logged; a size mismatch otherwise raises.
     loading_info = model_class._finalize_model_loading(model, load_config, loading_info)
-    if loading_info.missing_keys or loading_info.mismatched_keys:
-        # transformers would initialise these at random and warn: a model
-        # that is not the checkpoint's, which this function does not return.
-        wrong = sorted(loading_info.missing_keys) + sorted(k for k, *_ in
-                                                           loading_info.mismatched_keys)
-        raise _oserror(errno.EINVAL, f"the checkpoint lacks {len(wrong)} of the model's weights "
-                       f"or has them in another shape ({', '.join(wrong[:5])}"
-                       f"{', ...' if len(wrong) > 5 else ''})", path)
     model.eval()
     model.set_use_kernels(False, None)
     if model.can_generate() and hasattr(model, "adjust_generation_fn"):

@@ -18,8 +18,9 @@ import shutil
 import pytest
 import torch
 import transformers
-from transformers import (AutoModel, AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel,
-                          LlamaConfig, LlamaForCausalLM)
+from transformers import (AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification,
+                          GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
+                          LlamaForSequenceClassification)
 
 from phoenix_gds import hf
 
@@ -150,17 +151,78 @@ def test_loader_options_and_loading_info(tmp_path, monkeypatch):
     assert info == ref_info
 
 
-def test_missing_weights_are_an_error_not_random(tmp_path):
-    # A base model's checkpoint has no lm_head: transformers would make one
-    # up at random.
+def _seeded_both(cls, path, monkeypatch, **kwargs):
+    """_both with the same seed before each: weights the checkpoint lacks are
+    initialised from torch's generator, so both draw the same ones."""
+    with monkeypatch.context() as m:
+        m.setattr(transformers.modeling_utils, "safe_open", _refuse)
+        torch.manual_seed(1234)
+        ours = hf.from_pretrained(cls, path, output_loading_info=True, **kwargs)
+    torch.manual_seed(1234)
+    ref = cls.from_pretrained(path, output_loading_info=True, **kwargs)
+    return ours, ref
+
+
+def _base_checkpoint(path):
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
-    AutoModel.from_config(config).save_pretrained(tmp_path / "base")
-    with pytest.raises(OSError) as e:
-        hf.from_pretrained(AutoModelForCausalLM, tmp_path / "base")
-    assert e.value.errno == errno.EINVAL
-    assert "lm_head.weight" in str(e.value)
+                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                         pad_token_id=0)
+    AutoModel.from_config(config).save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("cls", [AutoModelForCausalLM, AutoModelForSequenceClassification])
+def test_missing_weights_are_initialised_as_transformers_does(tmp_path, monkeypatch, cls):
+    # A base model's checkpoint has no head: the usual start of a fine-tune.
+    # transformers initialises the head and reports it; so must we.
+    path = _base_checkpoint(tmp_path / "base")
+    (ours, info), (ref, ref_info) = _seeded_both(cls, path, monkeypatch)
+    assert info == ref_info
+    assert info["missing_keys"], "the head should be reported missing"
+    assert_same_model(ours, ref)
+
+
+def test_mismatched_sizes_as_transformers(tmp_path, monkeypatch):
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                         pad_token_id=0, num_labels=2)
+    path = tmp_path / "two_labels"
+    LlamaForSequenceClassification(config).save_pretrained(path)
+    # Without ignore_mismatched_sizes both refuse, with transformers' error.
+    with pytest.raises(RuntimeError) as ours_error:
+        hf.from_pretrained(AutoModelForSequenceClassification, path, num_labels=5)
+    with pytest.raises(RuntimeError) as ref_error:
+        AutoModelForSequenceClassification.from_pretrained(path, num_labels=5)
+    assert str(ours_error.value) == str(ref_error.value)
+    assert "ignore_mismatched_sizes" in str(ours_error.value)
+    (ours, info), (ref, ref_info) = _seeded_both(AutoModelForSequenceClassification, path,
+                                                 monkeypatch, num_labels=5,
+                                                 ignore_mismatched_sizes=True)
+    assert info == ref_info
+    assert [k for k, *_ in info["mismatched_keys"]] == ["score.weight"]
+    assert ours.score.weight.shape == (5, 32)
+    assert_same_model(ours, ref)
+
+
+def test_harmless_arguments_subfolder_and_variant(tmp_path, monkeypatch):
+    path = _llama(tmp_path / "llama")
+    ours, ref = _both(AutoModelForCausalLM, path, monkeypatch, revision="main",
+                      use_safetensors=True, subfolder="", variant=None)
+    assert_same_model(ours, ref)
+    _llama(tmp_path / "repo" / "sub")
+    ours, ref = _both(AutoModelForCausalLM, tmp_path / "repo", monkeypatch, subfolder="sub")
+    assert_same_model(ours, ref)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM.from_pretrained(path)
+    model.save_pretrained(tmp_path / "variant", variant="v1", max_shard_size="60KB")
+    assert any(".v1." in name for name in os.listdir(tmp_path / "variant"))
+    ours, ref = _both(AutoModelForCausalLM, tmp_path / "variant", monkeypatch, variant="v1")
+    assert_same_model(ours, ref)
+    for kwargs in ({"revision": "v2"}, {"use_safetensors": False}):
+        with pytest.raises(hf.UnsupportedCheckpoint):
+            hf.from_pretrained(AutoModelForCausalLM, path, **kwargs)
 
 
 def _edit_config(path, **changes):
