@@ -25,8 +25,12 @@
  * teardown's look at freed_by_callback and its put_pages, a callback can
  * run to the end; a get_pages of the same virtual address (the memory
  * allocated again) can then be handed a table at the freed one's address,
- * and the late put_pages would unpin that new mapping.  phxfs_nv_put_lock
- * keeps phxfs's own get_pages out of that window.
+ * and the late put_pages would unpin that new mapping.  A lock per thread
+ * group (struct phxfs_nv_tg_lock) keeps phxfs's own get_pages out of that
+ * window: the driver looks a legacy mapping up among those of the calling
+ * process only (below), so only a get_pages of the same process can be
+ * handed that table, and a tenant whose get_pages is slow (starved of CPU,
+ * or the driver busy) holds up its own process alone.
  *
  * The driver looks a legacy mapping up among those of the calling process
  * (thread group): put_pages from any other, a kworker finishing a deferred
@@ -46,6 +50,7 @@
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/hashtable.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
 #include <linux/pid.h>
@@ -57,8 +62,92 @@
 #include "nv_p2p.h"
 #include "phxfs.h"
 
-/* Legacy API: no get_pages between a teardown's check and its put_pages. */
-static DEFINE_MUTEX(phxfs_nv_put_lock);
+/*
+ * Legacy API: no get_pages between a teardown's check and its put_pages,
+ * within one thread group.  Found by its struct pid (a reference held, so
+ * the key is not reused while listed); freed when its last user is done.
+ */
+struct phxfs_nv_tg_lock {
+	struct hlist_node node;
+	struct pid *tgid;
+	unsigned int users; /* under phxfs_nv_tg_locks_lock */
+	struct mutex lock;
+};
+
+static DEFINE_HASHTABLE(phxfs_nv_tg_locks, 6);
+static DEFINE_SPINLOCK(phxfs_nv_tg_locks_lock);
+
+static void phxfs_nv_tg_put(struct phxfs_nv_tg_lock *tg)
+{
+	bool last;
+
+	spin_lock(&phxfs_nv_tg_locks_lock);
+	last = !--tg->users;
+	if (last)
+		hash_del(&tg->node);
+	spin_unlock(&phxfs_nv_tg_locks_lock);
+	if (last) {
+		put_pid(tg->tgid);
+		kfree(tg);
+	}
+}
+
+/*
+ * phxfs_nv_tg_lock() - take the calling thread group's legacy pin lock.
+ *
+ * Only threads of the caller's own process can hold it, inside the
+ * driver's get_pages or put_pages; a fatal signal still ends the wait.
+ *
+ * Return: the lock, held; ERR_PTR(-ENOMEM) or ERR_PTR(-EINTR) (a fatal
+ * signal: the process is exiting).
+ */
+static struct phxfs_nv_tg_lock *phxfs_nv_tg_lock(void)
+{
+	struct phxfs_nv_tg_lock *tg, *fresh = NULL;
+	struct pid *tgid = task_tgid(current);
+
+	for (;;) {
+		spin_lock(&phxfs_nv_tg_locks_lock);
+		hash_for_each_possible(phxfs_nv_tg_locks, tg, node,
+				       (unsigned long)tgid) {
+			if (tg->tgid == tgid) {
+				tg->users++;
+				goto found;
+			}
+		}
+		if (fresh) {
+			tg = fresh;
+			fresh = NULL;
+			hash_add(phxfs_nv_tg_locks, &tg->node,
+				 (unsigned long)tgid);
+			goto found;
+		}
+		spin_unlock(&phxfs_nv_tg_locks_lock);
+		fresh = kzalloc(sizeof(*fresh), GFP_KERNEL);
+		if (!fresh)
+			return ERR_PTR(-ENOMEM);
+		fresh->tgid = get_pid(tgid);
+		fresh->users = 1;
+		mutex_init(&fresh->lock);
+	}
+found:
+	spin_unlock(&phxfs_nv_tg_locks_lock);
+	if (fresh) {
+		put_pid(fresh->tgid);
+		kfree(fresh);
+	}
+	if (mutex_lock_killable(&tg->lock)) {
+		phxfs_nv_tg_put(tg);
+		return ERR_PTR(-EINTR);
+	}
+	return tg;
+}
+
+static void phxfs_nv_tg_unlock(struct phxfs_nv_tg_lock *tg)
+{
+	mutex_unlock(&tg->lock);
+	phxfs_nv_tg_put(tg);
+}
 
 static char *nv_api = "auto";
 module_param(nv_api, charp, 0444);
@@ -283,20 +372,28 @@ static int phxfs_nv_release(struct phxfs_reg *reg, struct phxfs_nv_pin *pin)
 		int (*put)(u64 token, u32 va_space, u64 va,
 			   struct nvidia_p2p_page_table *table) =
 			symbol_get(nvidia_p2p_put_pages);
+		struct phxfs_nv_tg_lock *tg = NULL;
 		bool freed, parked;
 
 		/*
 		 * A callback that fires after the check either finds us in
 		 * put_pages, which waits for it and then returns 0, or ends
 		 * before the call; the table it leaves behind cannot have been
-		 * handed to a new get_pages of ours, which waits for the lock.
-		 * A pin parked here is the callback's from the unlock on: the
-		 * references it drops are taken before.
+		 * handed to a new get_pages of this process, which waits for
+		 * the lock.  Outside the owner there is no put_pages to guard,
+		 * and an owner killed while it waits for its lock exits, which
+		 * brings the callback: both park.  A pin parked here is the
+		 * callback's from the unlock on: the references it drops are
+		 * taken before.
 		 */
-		mutex_lock(&phxfs_nv_put_lock);
+		if (pin->owner == task_tgid(current)) {
+			tg = phxfs_nv_tg_lock();
+			if (IS_ERR(tg))
+				tg = NULL;
+		}
 		spin_lock(&pin->lock);
 		freed = pin->freed_by_callback;
-		parked = !freed && pin->owner != task_tgid(current);
+		parked = !freed && !tg;
 		if (parked) {
 			kref_get(&reg->ref);
 			__module_get(THIS_MODULE);
@@ -308,7 +405,8 @@ static int phxfs_nv_release(struct phxfs_reg *reg, struct phxfs_nv_pin *pin)
 		else
 			ret = put ? put(0, 0, reg->device_addr, pin->table) :
 				    -ENODEV;
-		mutex_unlock(&phxfs_nv_put_lock);
+		if (tg)
+			phxfs_nv_tg_unlock(tg);
 		if (put)
 			symbol_put(nvidia_p2p_put_pages);
 		if (parked)
@@ -440,6 +538,7 @@ static bool phxfs_nv_range_is_ours(struct phxfs_reg *reg)
 		   void (*cb)(void *data), void *data);
 	int (*put)(u64 token, u32 va_space, u64 va,
 		   struct nvidia_p2p_page_table *table);
+	struct phxfs_nv_tg_lock *tg;
 	struct phxfs_nv_probe *probe;
 	bool ours = false, freed;
 
@@ -449,9 +548,9 @@ static bool phxfs_nv_range_is_ours(struct phxfs_reg *reg)
 	spin_lock_init(&probe->lock);
 	get = symbol_get(nvidia_p2p_get_pages);
 	put = symbol_get(nvidia_p2p_put_pages);
-	if (get && put) {
+	tg = get && put ? phxfs_nv_tg_lock() : ERR_PTR(-ENODEV);
+	if (!IS_ERR(tg)) {
 		/* As for a legacy pin: not inside a teardown's window. */
-		mutex_lock(&phxfs_nv_put_lock);
 		if (!get(0, 0, reg->device_addr, NVIDIA_P2P_GPU_PAGE_SIZE,
 			 &probe->table, phxfs_nv_probe_callback, probe)) {
 			spin_lock(&probe->lock);
@@ -465,7 +564,7 @@ static bool phxfs_nv_range_is_ours(struct phxfs_reg *reg)
 			if (!freed)
 				put(0, 0, reg->device_addr, probe->table);
 		}
-		mutex_unlock(&phxfs_nv_put_lock);
+		phxfs_nv_tg_unlock(tg);
 	}
 	if (put)
 		symbol_put(nvidia_p2p_put_pages);
@@ -473,6 +572,49 @@ static bool phxfs_nv_range_is_ours(struct phxfs_reg *reg)
 		symbol_put(nvidia_p2p_get_pages);
 	kfree(probe);
 	return ours;
+}
+
+/*
+ * A legacy pin of @reg's range into @pin, owned by the calling process.
+ * Return: 0 with a reference on get_pages and put_pages each, or -errno.
+ */
+static int phxfs_nv_pin_legacy(struct phxfs_reg *reg, struct phxfs_nv_pin *pin)
+{
+	int (*get)(u64 token, u32 va_space, u64 va, u64 len,
+		   struct nvidia_p2p_page_table **table,
+		   void (*cb)(void *data), void *data);
+	struct phxfs_nv_tg_lock *tg;
+	int ret;
+
+	get = symbol_get(nvidia_p2p_get_pages);
+	if (!get)
+		return -ENODEV;
+	if (!symbol_get(nvidia_p2p_put_pages)) {
+		ret = -ENODEV;
+		goto err_get;
+	}
+	/*
+	 * Not inside a teardown's window (see phxfs_nv_release()).  No free
+	 * callback waits for this lock.
+	 */
+	tg = phxfs_nv_tg_lock();
+	if (IS_ERR(tg)) {
+		ret = PTR_ERR(tg);
+		goto err_put;
+	}
+	ret = get(0, 0, reg->device_addr, reg->length, &pin->table,
+		  phxfs_nv_free_callback, reg);
+	phxfs_nv_tg_unlock(tg);
+	if (ret)
+		goto err_put;
+	pin->owner = get_pid(task_tgid(current));
+	return 0;
+
+err_put:
+	symbol_put(nvidia_p2p_put_pages);
+err_get:
+	symbol_put(nvidia_p2p_get_pages);
+	return ret;
 }
 
 static int phxfs_nv_pin(struct phxfs_reg *reg)
@@ -522,35 +664,8 @@ static int phxfs_nv_pin(struct phxfs_reg *reg)
 		}
 	}
 	/* nv_api=legacy alone takes the legacy API. */
-	if (!pin->persistent && api == PHXFS_NV_LEGACY) {
-		int (*get)(u64 token, u32 va_space, u64 va, u64 len,
-			   struct nvidia_p2p_page_table **table,
-			   void (*cb)(void *data), void *data) =
-			symbol_get(nvidia_p2p_get_pages);
-
-		if (get) {
-			if (!symbol_get(nvidia_p2p_put_pages)) {
-				symbol_put(nvidia_p2p_get_pages);
-			} else {
-				/*
-				 * Not inside a teardown's window (see
-				 * phxfs_nv_release()).  No free callback
-				 * waits for this lock.
-				 */
-				mutex_lock(&phxfs_nv_put_lock);
-				ret = get(0, 0, reg->device_addr, reg->length,
-					  &pin->table, phxfs_nv_free_callback,
-					  reg);
-				mutex_unlock(&phxfs_nv_put_lock);
-				if (ret) {
-					symbol_put(nvidia_p2p_put_pages);
-					symbol_put(nvidia_p2p_get_pages);
-				} else {
-					pin->owner = get_pid(task_tgid(current));
-				}
-			}
-		}
-	}
+	if (!pin->persistent && api == PHXFS_NV_LEGACY)
+		ret = phxfs_nv_pin_legacy(reg, pin);
 	if (ret == -ENOTSUPP)
 		ret = -EOPNOTSUPP;
 	if (ret)

@@ -989,6 +989,92 @@ static int t_legacy_budget_per_user(char *detail, size_t len) {
 }
 
 /*
+ * Issue 54: a tenant whose legacy get_pages is slow (the driver busy, or
+ * its thread starved of CPU inside it) holds up its own process alone.  A
+ * child with real uid 1000 registers memory whose get_pages sleeps
+ * NVEMU_SLOW_PIN_MS.  While it sleeps there, root registers memory of its
+ * own and deregisters another registration: both must be over while the
+ * child is still inside get_pages.  With one lock for every process's
+ * legacy pins they waited for it.
+ */
+static void slow_pin_child(uint64_t va, int back) {
+  struct phxfs_register r;
+  int fd = phx_open_dev(0);
+
+  if (fd < 0 || setresuid(1000, 0, 0) || write(back, "r", 1) != 1)
+    _exit(10);
+  if (phx_register(fd, va, 64 * KiB, &r))
+    _exit(11);
+  if (phx_deregister(fd, r.handle))
+    _exit(12);
+  close(fd);
+  _exit(0);
+}
+
+static int wait_slow_pin(uint64_t want, struct nvemu_stats *s) {
+  for (int i = 0; i < 500; i++) {
+    if (emu_stats(s))
+      return -1;
+    if (s->slow_pins_sleeping == want)
+      return 0;
+    usleep(10000);
+  }
+  return -1;
+}
+
+static int t_legacy_slow_pin_holds_its_process_alone(char *detail, size_t len) {
+  struct nvemu_alloc slow, mine, other;
+  struct phxfs_register r_mine, r_other;
+  struct nvemu_stats s;
+  int fd, back[2], status = -1, reg_ret = -1, dereg_ret = -1;
+  uint64_t during = 0;
+  double start, took = 0;
+  pid_t child;
+  char c;
+
+  fd = phx_open_dev(0);
+  EXPECT(fd >= 0, "open: %s", strerror(errno));
+  EXPECT(!emu_alloc(64 * KiB, NVEMU_ALLOC_SLOW_PIN, &slow) && !emu_alloc(64 * KiB, 0, &mine) &&
+             !emu_alloc(64 * KiB, 0, &other),
+         "alloc");
+  EXPECT(!phx_register(fd, other.va, 64 * KiB, &r_other), "register: %s", strerror(errno));
+  EXPECT(!socketpair(AF_UNIX, SOCK_STREAM, 0, back), "socketpair");
+  child = fork();
+  EXPECT(child >= 0, "fork: %s", strerror(errno));
+  if (!child) {
+    close(back[0]);
+    slow_pin_child(slow.va, back[1]);
+  }
+  close(back[1]);
+  if (read(back[0], &c, 1) == 1 && !wait_slow_pin(1, &s)) {
+    start = now_s();
+    reg_ret = phx_register(fd, mine.va, 64 * KiB, &r_mine);
+    dereg_ret = phx_deregister(fd, r_other.handle);
+    took = now_s() - start;
+    if (!emu_stats(&s))
+      during = s.slow_pins_sleeping;
+  }
+  close(back[0]);
+  waitpid(child, &status, 0);
+  EXPECT(WIFEXITED(status) && !WEXITSTATUS(status), "the uid 1000 child: status %#x", status);
+  EXPECT(!reg_ret && !dereg_ret,
+         "root's register %d, deregister %d (or the child's get_pages "
+         "never started)",
+         reg_ret, dereg_ret);
+  EXPECT(!phx_deregister(fd, r_mine.handle), "deregister");
+  EXPECT(!emu_free(slow.va) && !emu_free(mine.va) && !emu_free(other.va), "free");
+  close(fd);
+  EXPECT(during == 1,
+         "root's REGISTER and DEREGISTER took %.3f s and ended after uid 1000's get_pages "
+         "(%d ms): another process's legacy pin held them up",
+         took, NVEMU_SLOW_PIN_MS);
+  snprintf(detail, len,
+           "root's REGISTER + DEREGISTER took %.3f s while uid 1000's get_pages slept %d ms", took,
+           NVEMU_SLOW_PIN_MS);
+  return 0;
+}
+
+/*
  * The last close gave up waiting for a page a pipe holds and left the
  * teardown to a work item; cudaFree's callback then finds that teardown
  * under way.  The page is known held: the callback must not wait for it a
@@ -1632,6 +1718,8 @@ int vmtest_nvidia(const char *mode) {
     vm_run("nvidia/legacy_free_vs_many_held", t_legacy_free_vs_many_held);
     vm_run("nvidia/legacy_free_turns_between_processes", t_legacy_free_turns);
     vm_run("nvidia/legacy_budget_per_user", t_legacy_budget_per_user);
+    vm_run("nvidia/legacy_slow_pin_holds_its_process_alone",
+           t_legacy_slow_pin_holds_its_process_alone);
     vm_run("nvidia/legacy_free_known_held", t_legacy_free_known_held);
     vm_run("nvidia/legacy_quarantine_listed_and_charged", t_legacy_quarantine_listed_and_charged);
     vm_run("nvidia/legacy_free_vs_fuse_read", t_fuse_holder);

@@ -86,6 +86,7 @@ struct nvemu_alloc_rec {
 	u64 bar_offset;
 	bool scatter;
 	bool other_gpu; /* NVEMU_ALLOC_OTHER_GPU */
+	bool slow_pin; /* NVEMU_ALLOC_SLOW_PIN */
 	bool freed; /* cudaFree'd while persistently pinned: deferred */
 	struct list_head pins;
 };
@@ -255,7 +256,15 @@ static int nvemu_pin(u64 va, u64 len, struct nvidia_p2p_page_table **table,
 		goto err;
 	}
 	snap = *a;
+	if (snap.slow_pin && !persistent)
+		nvemu_stats.slow_pins_sleeping++;
 	mutex_unlock(&nvemu_lock);
+	if (snap.slow_pin && !persistent) {
+		msleep(NVEMU_SLOW_PIN_MS);
+		mutex_lock(&nvemu_lock);
+		nvemu_stats.slow_pins_sleeping--;
+		mutex_unlock(&nvemu_lock);
+	}
 	ret = nvemu_make_table(&snap, va, len, &pin->table);
 	if (ret)
 		goto err_unlocked;
@@ -500,7 +509,8 @@ static long nvemu_ioctl_alloc(struct file *file, void __user *uarg)
 	if (copy_from_user(&args, uarg, sizeof(args)))
 		return -EFAULT;
 	if (!args.length || !IS_ALIGNED(args.length, NVEMU_GPU_PAGE) ||
-	    args.flags & ~(NVEMU_ALLOC_SCATTER | NVEMU_ALLOC_OTHER_GPU) ||
+	    args.flags & ~(NVEMU_ALLOC_SCATTER | NVEMU_ALLOC_OTHER_GPU |
+			   NVEMU_ALLOC_SLOW_PIN) ||
 	    args.pad)
 		return -EINVAL;
 	n = args.length / NVEMU_GPU_PAGE;
@@ -543,6 +553,7 @@ static long nvemu_ioctl_alloc(struct file *file, void __user *uarg)
 	a->length = args.length;
 	a->scatter = args.flags & NVEMU_ALLOC_SCATTER;
 	a->other_gpu = args.flags & NVEMU_ALLOC_OTHER_GPU;
+	a->slow_pin = args.flags & NVEMU_ALLOC_SLOW_PIN;
 	list_add(&a->node, &nvemu_allocs);
 	nvemu_stats.allocs_live++;
 	mutex_unlock(&nvemu_lock);

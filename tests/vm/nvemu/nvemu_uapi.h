@@ -22,6 +22,12 @@
  * physical addresses past the end of this BAR.
  */
 #define NVEMU_ALLOC_OTHER_GPU (1U << 1)
+/*
+ * A legacy get_pages of this memory sleeps NVEMU_SLOW_PIN_MS before it
+ * pins: the driver busy, or the calling thread starved of CPU inside it.
+ */
+#define NVEMU_ALLOC_SLOW_PIN (1U << 2)
+#define NVEMU_SLOW_PIN_MS 2000
 
 struct nvemu_alloc {
 	__u64 length;     /* in: multiple of 64 KiB */
@@ -45,6 +51,7 @@ struct nvemu_stats {
 	__u64 raced_puts; /* put_pages that met a callback and returned 0 */
 	__u64 foreign_puts; /* legacy put_pages from another process: 0, nothing freed */
 	__u64 last_callback_ns; /* how long the last free callback took to return */
+	__u64 slow_pins_sleeping; /* legacy get_pages of NVEMU_ALLOC_SLOW_PIN memory, now */
 };
 
 /*
