@@ -119,6 +119,13 @@ struct Checkpoint {
 [[nodiscard]] PHX_EXPORT Checkpoint open_checkpoint(std::span<const std::filesystem::path> paths);
 [[nodiscard]] PHX_EXPORT Checkpoint open_checkpoint(const std::filesystem::path &path);
 
+/// @p checkpoint narrowed to the tensors @p names names (files left with
+/// none are dropped): what a caller that reads some tensors to one place
+/// and the rest to another hands each Loader, so that no byte is read
+/// twice.  A name no file holds is EINVAL.
+[[nodiscard]] PHX_EXPORT Checkpoint select_tensors(Checkpoint checkpoint,
+                                                   std::span<const std::string> names);
+
 /// Which device each tensor goes to: the longest matching prefix (a prefix
 /// matches a name equal to it or starting with it and a dot), else the
 /// default.  {"model.layers.0": 0, "model.layers.1": 1, "lm_head": 1}.

@@ -10,6 +10,9 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "core/error.hpp"
 #include "phoenix/safetensors.hpp"
@@ -213,6 +216,29 @@ Checkpoint open_checkpoint(std::span<const fs::path> paths) {
 
 Checkpoint open_checkpoint(const fs::path &path) {
   return open_checkpoint(std::span(&path, 1));
+}
+
+Checkpoint select_tensors(Checkpoint checkpoint, std::span<const std::string> names) {
+  std::set<std::string_view> wanted(names.begin(), names.end());
+  std::set<std::string_view> found;
+  std::vector<FileHeader> kept;
+  for (FileHeader &file : checkpoint.files) {
+    std::erase_if(file.tensors, [&](const TensorInfo &t) { return !wanted.contains(t.name); });
+    for (const TensorInfo &t : file.tensors) {
+      found.insert(t.name);
+    }
+    if (!file.tensors.empty()) {
+      kept.push_back(std::move(file));
+    }
+  }
+  for (const std::string_view name : wanted) {
+    if (!found.contains(name)) {
+      detail::throw_errno(EINVAL,
+                          "tensor \"" + std::string(name) + "\" is in no file of the checkpoint");
+    }
+  }
+  checkpoint.files = std::move(kept);
+  return checkpoint;
 }
 
 std::size_t Checkpoint::tensor_count() const noexcept {

@@ -249,10 +249,14 @@ class Loader:
         *,
         framework: Optional[str] = None,
         progress: Optional[Callable[[int, int], None]] = None,
+        keys: Optional[Iterable[str]] = None,
     ) -> dict:
-        """{name: tensor} for every tensor of the file(s), folder(s) or index(es)."""
+        """{name: tensor} for every tensor of the file(s), folder(s) or index(es).
+
+        keys: only these tensors (their bytes alone are read); a name that no
+        file holds is OSError EINVAL."""
         _framework_name(framework)  # a bad name fails before the load, not after it
-        tensors = self._loader.load(_paths(paths), progress)
+        tensors = self._loader.load(_paths(paths), progress, keys)
         return _convert(tensors, framework)
 
     @property

@@ -58,9 +58,9 @@ class Loader:
                  pinned: bool = False) -> None: ...
     def warm_up(self, paths: Any) -> None:
         """Opens the devices and moves one small read through each."""
-    def load(self, paths: Any,
-             progress: Optional[Callable[[int, int], None]] = None) -> Dict[str, Tensor]:
-        """{name: Tensor} for every tensor of the paths."""
+    def load(self, paths: Any, progress: Optional[Callable[[int, int], None]] = None,
+             keys: Optional[Iterable[str]] = None) -> Dict[str, Tensor]:
+        """{name: Tensor} for every tensor of the paths (or those keys names)."""
     @property
     def stats(self) -> Dict[str, Any]:
         """The last load's statistics."""

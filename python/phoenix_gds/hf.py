@@ -212,21 +212,28 @@ def _weight_mapping(model: Any, keys: List[str], mu: Any) -> list:
 
 
 def _read(files: List[str], placements: Dict[str, str], loader_options: Dict[str, Any]) -> dict:
-    """Every tensor of @p files, each on the device @p placements names.
-
-    One Loader when every tensor goes to the CPU or every one to GPUs (its
-    device map routes each tensor); a map mixing the two is read onto the
-    GPUs, and transformers moves the CPU's share."""
+    """Every tensor of @p files, each read straight onto the device @p
+    placements names: one Loader for the GPUs (its device map routes each
+    tensor), one for the CPU; each reads only its own tensors' bytes.  The
+    CPU share of a map that has GPUs too goes to pinned memory, from which
+    accelerate's hooks copy it to a GPU at full speed."""
     from . import Loader
 
-    devices = set(placements.values())
-    gpus = sorted(d for d in devices if d != "cpu")
+    cpu_keys = [k for k, d in placements.items() if d == "cpu"]
+    gpus = sorted({d for d in placements.values() if d != "cpu"})
     if not gpus:
         return Loader("cpu", **loader_options).load(files, framework="torch")
     default = gpus[0]
     routes = {k: d for k, d in placements.items() if d != default and d != "cpu"}
-    return Loader(default, device_map=routes or None, **loader_options).load(files,
-                                                                             framework="torch")
+    gpu_loader = Loader(default, device_map=routes or None, **loader_options)
+    if not cpu_keys:
+        return gpu_loader.load(files, framework="torch")
+    gpu_keys = [k for k, d in placements.items() if d != "cpu"]
+    state = gpu_loader.load(files, framework="torch", keys=gpu_keys)
+    host_options = {k: v for k, v in loader_options.items() if k not in ("engine", "pinned")}
+    state.update(Loader("cpu", pinned=True, **host_options).load(files, framework="torch",
+                                                                keys=cpu_keys))
+    return state
 
 
 def from_pretrained(

@@ -10,8 +10,11 @@
 
 #include <cerrno>
 #include <map>
+#include <optional>
 #include <string>
 #include <system_error>
+#include <utility>
+#include <vector>
 
 #include "dlpack_export.hpp"
 #include "errors.hpp"
@@ -91,8 +94,22 @@ class PyLoader {
     loader_.warm_up(st::open_checkpoint(files));
   }
 
-  py::dict load(const py::object &paths, const py::object &progress) {
+  py::dict load(const py::object &paths, const py::object &progress, const py::object &keys) {
     const auto files = to_paths(paths);
+    std::optional<std::vector<std::string>> names;
+    if (!keys.is_none()) {
+      if (py::isinstance<py::str>(keys) || !py::isinstance<py::iterable>(keys)) {
+        throw ArgumentError("keys " + std::string(py::repr(keys)) +
+                            ": expected an iterable of tensor names");
+      }
+      names.emplace();
+      for (const py::handle key : keys) {
+        if (!py::isinstance<py::str>(key)) {
+          throw ArgumentError("keys: " + std::string(py::repr(key)) + " is not a tensor name");
+        }
+        names->push_back(py::cast<std::string>(key));
+      }
+    }
     std::shared_ptr<st::LoadedCheckpoint> loaded;
     if (!progress.is_none()) {
       loader_.set_progress([progress](std::uint64_t done, std::uint64_t total) {
@@ -104,7 +121,11 @@ class PyLoader {
     }
     {
       const py::gil_scoped_release release;
-      loaded = loader_.load(st::open_checkpoint(files));
+      st::Checkpoint checkpoint = st::open_checkpoint(files);
+      if (names) {
+        checkpoint = st::select_tensors(std::move(checkpoint), *names);
+      }
+      loaded = loader_.load(std::move(checkpoint));
     }
     last_stats_ = loaded->stats;
     return tensors_dict(*loaded);
@@ -338,7 +359,8 @@ PYBIND11_MODULE(_phoenix, m) {
            py::arg("queue_depth") = py::int_(8), py::arg("parallel_files") = py::int_(4),
            py::arg("pinned") = false)
       .def("warm_up", &PyLoader::warm_up, py::arg("paths"))
-      .def("load", &PyLoader::load, py::arg("paths"), py::arg("progress") = py::none())
+      .def("load", &PyLoader::load, py::arg("paths"), py::arg("progress") = py::none(),
+           py::arg("keys") = py::none())
       .def_property_readonly("stats", &PyLoader::stats);
 
   phx::python::bind_options(m);

@@ -278,3 +278,52 @@ def test_a_damaged_shard_is_an_oserror(tmp_path):
         hf.from_pretrained(AutoModelForCausalLM, path)
     assert e.value.errno is not None
     assert shard in str(e.value)
+
+
+class _RecordingLoader:
+    """Stands in for phoenix_gds.Loader: records where each tensor was asked for."""
+
+    calls: list = []
+
+    def __init__(self, device, **options):
+        self.device, self.options = device, options
+
+    def load(self, files, framework=None, keys=None):
+        self.calls.append((self.device, self.options.get("pinned", False),
+                           None if keys is None else sorted(keys)))
+        routes = self.options.get("device_map") or {}
+        return {k: routes.get(k, self.device) for k in (keys or [])}
+
+
+def test_mixed_device_map_reads_each_tensor_once_where_it_lives(tmp_path, monkeypatch):
+    # The CPU share of a map with GPUs goes straight to pinned host memory,
+    # not through a GPU (which a user offloading to the CPU lacks room on).
+    import phoenix_gds
+
+    monkeypatch.setattr(phoenix_gds, "Loader", _RecordingLoader)
+    _RecordingLoader.calls = []
+    placements = {"model.embed_tokens.weight": "cpu", "model.norm.weight": "cuda:0",
+                  "lm_head.weight": "cuda:1", "model.layers.0.mlp.up_proj.weight": "cpu"}
+    state = hf._read(["x.safetensors"], placements, {"chunk_size": 4096})
+    assert state == placements
+    by_device = {device: (pinned, keys) for device, pinned, keys in _RecordingLoader.calls}
+    assert len(_RecordingLoader.calls) == 2
+    assert by_device["cpu"] == (True, ["model.embed_tokens.weight",
+                                       "model.layers.0.mlp.up_proj.weight"])
+    assert by_device["cuda:0"][1] == ["lm_head.weight", "model.norm.weight"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_mixed_cpu_and_gpu_map_is_transformers_model(tmp_path, monkeypatch):
+    path = _llama(tmp_path / "llama")
+    device_map = {"model.embed_tokens": "cpu", "model.layers": 0, "model.norm": 0,
+                  "model.rotary_emb": 0, "lm_head": "cpu"}
+    ours, ref = _both(AutoModelForCausalLM, path, monkeypatch, device_map=device_map)
+    for name in ("named_parameters", "named_buffers"):
+        a = dict(getattr(ours, name)(remove_duplicate=False))
+        b = dict(getattr(ref, name)(remove_duplicate=False))
+        assert a.keys() == b.keys()
+        for key in b:
+            assert (a[key].dtype, a[key].shape, a[key].device) == \
+                (b[key].dtype, b[key].shape, b[key].device), key
+            assert torch.equal(_bits(a[key]).cpu(), _bits(b[key]).cpu()), key

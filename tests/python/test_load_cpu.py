@@ -52,21 +52,46 @@ def test_dlpack_objects_and_capsules(phx, make_file):
     assert keep.tobytes() == tensors["layer.0.weight"].tobytes()
 
 
-def test_sharded_index_and_folder(phx, tmp_path):
+def write_sharded(folder, shards, count, seed, gap=lambda shard: 0):
+    """A sharded checkpoint with its index in @p folder: ({name: array}, weight_map)."""
     weight_map = {}
     expected = {}
-    for shard in range(3):
-        tensors = random_tensors(10 + shard, count=5, prefix=f"s{shard}")
-        name = f"model-{shard + 1:05d}-of-00003.safetensors"
-        write_safetensors(tmp_path / name, tensors, gap=shard)
+    for shard in range(shards):
+        tensors = random_tensors(seed + shard, count=count, prefix=f"s{shard}")
+        name = f"model-{shard + 1:05d}-of-{shards:05d}.safetensors"
+        write_safetensors(folder / name, tensors, gap=gap(shard))
         weight_map.update({k: name for k in tensors})
         expected.update(tensors)
-    with open(tmp_path / "model.safetensors.index.json", "w") as f:
+    with open(folder / "model.safetensors.index.json", "w") as f:
         json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f)
+    return expected, weight_map
+
+
+def test_sharded_index_and_folder(phx, tmp_path):
+    expected, _ = write_sharded(tmp_path, 3, 5, 10, gap=lambda shard: shard)
     for target in (tmp_path / "model.safetensors.index.json", tmp_path):
         loaded = phx.load_safetensors(target, device="cpu", framework="numpy",
                                           parallel_files=2)
         assert_same(loaded, expected)
+
+
+def test_keys_read_only_those_tensors(phx, tmp_path):
+    # A device map that puts some tensors elsewhere loads the rest with keys=:
+    # nothing else is returned, and bytes of shards holding none are not read.
+    expected, weight_map = write_sharded(tmp_path, 2, 4, 20)
+    wanted = sorted(k for k in expected if k.startswith("s1"))[:2]
+    loader = phx.Loader("cpu")
+    loaded = loader.load(tmp_path, framework="numpy", keys=iter(wanted))
+    assert_same(loaded, {k: expected[k] for k in wanted})
+    assert loader.stats["files"] == 1
+    assert loader.stats["bytes_read"] < os.path.getsize(tmp_path / weight_map[wanted[0]])
+    assert loader.load(tmp_path, framework="numpy", keys=[]) == {}
+    with pytest.raises(OSError) as info:
+        loader.load(tmp_path, keys=[wanted[0], "absent"])
+    assert info.value.errno == errno.EINVAL and "absent" in str(info.value)
+    with pytest.raises(OSError) as info:
+        loader.load(tmp_path, keys=wanted[0])
+    assert info.value.errno == errno.EINVAL
 
 
 def test_several_paths_and_loader_reuse(phx, make_file):

@@ -59,6 +59,24 @@ TEST(SafetensorsCheckpoint, IndexNamesEachShardOnce) {
   EXPECT_EQ(ckpt.tensor_bytes(), 220U);
 }
 
+TEST(SafetensorsCheckpoint, SelectKeepsTheNamedTensorsAndTheirFiles) {
+  const phx::test::TempDir dir;
+  write_sharded(dir);
+  const std::vector<std::string> c_only{"c"};
+  const st::Checkpoint c = st::select_tensors(st::open_checkpoint(dir.path()), c_only);
+  ASSERT_EQ(c.files.size(), 1U);
+  EXPECT_EQ(c.files[0].path.filename(), "model-00002-of-00002.safetensors");
+  ASSERT_EQ(c.tensor_count(), 1U);
+  EXPECT_EQ(c.files[0].tensors[0].name, "c");
+  const std::vector<std::string> a_and_c{"c", "a"};
+  const st::Checkpoint ac = st::select_tensors(st::open_checkpoint(dir.path()), a_and_c);
+  EXPECT_EQ(ac.files.size(), 2U);
+  EXPECT_EQ(ac.tensor_count(), 2U);
+  const std::vector<std::string> unknown{"a", "nope"};
+  expect_errno([&] { (void)st::select_tensors(st::open_checkpoint(dir.path()), unknown); }, EINVAL,
+               "\"nope\" is in no file");
+}
+
 TEST(SafetensorsCheckpoint, FolderUsesItsIndex) {
   const phx::test::TempDir dir;
   write_sharded(dir);
