@@ -28,14 +28,59 @@ O_DIRECT.  The direct engine (phxfs) always reads O_DIRECT.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import functools
 import itertools
 import os
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import (Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Type,
+                    Union)
 
 from . import _phoenix
 from ._convert import TORCH_DTYPES, framework_name, numpy_dtype
 from ._phoenix import ArgumentError, engine_for
+
+
+class SafetensorError(Exception):
+    """safetensors' error (an Exception, as ``safetensors.SafetensorError``):
+    a bad header or file, a tensor the file lacks, an index the tensor
+    cannot take.
+
+    Each one raised here is also the builtin error numpy or the system
+    would raise (KeyError for a missing tensor, OSError with errno for a
+    bad file, FileNotFoundError..., IndexError, TypeError, ValueError for
+    an index), so that code written for safetensors and code written for
+    numpy or this package's earlier errors both catch it."""
+
+
+SafetensorError.__module__ = "phoenix_gds"
+
+
+@functools.lru_cache(maxsize=None)
+def _error_class(builtin: Type[BaseException]) -> type:
+    """SafetensorError and ``builtin`` in one class (made once per builtin)."""
+    return type(f"Safetensor{builtin.__name__}", (SafetensorError, builtin),
+                {"__module__": "phoenix_gds", "__doc__": f"SafetensorError and {builtin.__name__}."})
+
+
+def _error(builtin: Type[BaseException], *args: Any) -> SafetensorError:
+    return _error_class(builtin)(*args)
+
+
+@contextlib.contextmanager
+def _safetensor_errors() -> Iterator[None]:
+    """Turns the library's OSError (a bad header is EINVAL or EOVERFLOW, a
+    failed system call its errno) into the same OSError subclass and errno
+    that is also a SafetensorError.  A bad argument stays ArgumentError."""
+    try:
+        yield
+    except ArgumentError:
+        raise
+    except OSError as error:
+        if isinstance(error, SafetensorError):
+            raise
+        raise _error(type(error), *error.args) from None
+
 
 _ELEMENT_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "I16": 2,
                   "F16": 2, "BF16": 2, "U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8,
@@ -92,8 +137,8 @@ def _normalize(key: Any, shape: Tuple[int, ...], name: str) -> Tuple[List[Tuple[
             raise TypeError(f"tensor {name!r}, dimension {dim}: index {item!r} is neither an "
                             "integer, a slice nor Ellipsis") from None
         if not -extent <= index < extent:
-            raise IndexError(f"tensor {name!r}, dimension {dim}: index {index} is out of range "
-                             f"for size {extent}")
+            raise _error(IndexError, f"tensor {name!r}, dimension {dim}: index {index} is out of "
+                                     f"range for size {extent}")
         index %= extent
         ranges.append((index, index + 1))
     return ranges, out_shape
@@ -279,7 +324,8 @@ class safe_open:  # noqa: N801  (safetensors' name)
         from . import File
 
         self._target = _Target(framework, device)
-        self._header = _phoenix.read_header(os.fspath(filename))
+        with _safetensor_errors():
+            self._header = _phoenix.read_header(os.fspath(filename))
         self._tensors: Dict[str, tuple] = self._header["tensors"]
         # This reader picks the descriptor itself (below), so the O_DIRECT one
         # stays O_DIRECT rather than asking the page cache a second time.
@@ -327,7 +373,7 @@ class safe_open:  # noqa: N801  (safetensors' name)
     def _entry(self, name: str) -> tuple:
         entry = self._tensors.get(name)
         if entry is None:
-            raise KeyError(f"{self._header['path']}: no tensor {name!r}")
+            raise _error(KeyError, f"{self._header['path']}: no tensor {name!r}")
         return entry
 
     def _read(self, name: str, dtype: str, shape: List[int], layout: Layout) -> Any:
@@ -347,8 +393,8 @@ class safe_open:  # noqa: N801  (safetensors' name)
         else:
             read = self._read_pieces(raw, layout.all_pieces())
         if read != nbytes:
-            raise OSError(errno.EIO, f"{self._header['path']}: tensor {name!r}: read {read} "
-                                     f"of {nbytes} bytes")
+            raise _error(OSError, errno.EIO, f"{self._header['path']}: tensor {name!r}: read "
+                                             f"{read} of {nbytes} bytes")
         return self._target.view(raw, dtype, shape, name)
 
     def _read_span(self, raw: Any, layout: Layout) -> int:
@@ -388,4 +434,4 @@ class safe_open:  # noqa: N801  (safetensors' name)
         return f"<phoenix_gds.safe_open {self._header['path']!r}>"
 
 
-__all__ = ["Layout", "safe_open", "slice_layout", "slice_pieces", "TensorSlice"]
+__all__ = ["Layout", "SafetensorError", "safe_open", "slice_layout", "slice_pieces", "TensorSlice"]

@@ -13,14 +13,16 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Union
 
-from ._safetensors import safe_open
+from ._safetensors import _safetensor_errors, safe_open
 
 
 def load_file(filename: Union[str, os.PathLike]) -> Dict[str, Any]:
     """Every tensor of a .safetensors file (or a folder or index) as writable numpy arrays."""
     from . import Loader
 
-    return Loader("cpu").load(filename, framework="numpy")
+    loader = Loader("cpu")
+    with _safetensor_errors():
+        return loader.load(filename, framework="numpy")
 
 
 __all__ = ["load_file", "safe_open"]

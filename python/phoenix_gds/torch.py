@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Union
 
-from ._safetensors import safe_open
+from ._safetensors import _safetensor_errors, safe_open
 
 
 def load_file(filename: Union[str, os.PathLike], device: Any = "cpu") -> Dict[str, Any]:
@@ -23,7 +23,9 @@ def load_file(filename: Union[str, os.PathLike], device: Any = "cpu") -> Dict[st
     from . import Loader
     from ._safetensors import _device_text
 
-    return Loader(_device_text(device)).load(filename, framework="torch")
+    loader = Loader(_device_text(device))
+    with _safetensor_errors():
+        return loader.load(filename, framework="torch")
 
 
 __all__ = ["load_file", "safe_open"]

@@ -252,3 +252,34 @@ def test_a_folder_and_its_index_are_checked_alike(phx, tmp_path):
     index.unlink()
     got = phx.load_safetensors(other, device="cpu", framework="np")
     assert sorted(got) == sorted(weight_map)
+
+
+def test_errors_are_safetensor_errors_and_the_builtin_ones(phx, make_file, tmp_path, weights):
+    # safetensors users catch SafetensorError; users of this face, and of
+    # numpy, catch KeyError, OSError with errno, IndexError: each is both.
+    import struct
+
+    from phoenix_gds.numpy import load_file
+
+    path = make_file("m.safetensors", weights)
+    with phx.safe_open(path, framework="np") as f:
+        for call in (f.get_tensor, f.get_slice):
+            with pytest.raises(phx.SafetensorError, match="nope") as info:
+                call("nope")
+            assert isinstance(info.value, KeyError)
+        with pytest.raises(phx.SafetensorError) as info:
+            f.get_slice("w2d")[37]
+        assert isinstance(info.value, IndexError)
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(struct.pack("<Q", 8) + b"{nonsen}")
+    for call in (lambda: phx.safe_open(bad, framework="np"), lambda: load_file(bad)):
+        with pytest.raises(phx.SafetensorError, match="JSON") as info:
+            call()
+        assert isinstance(info.value, OSError) and info.value.errno == errno.EINVAL
+    for call in (lambda: phx.safe_open(tmp_path / "none", framework="np"),
+                 lambda: load_file(tmp_path / "none")):
+        with pytest.raises(FileNotFoundError) as info:
+            call()
+        assert isinstance(info.value, phx.SafetensorError) and info.value.errno == errno.ENOENT
+    assert not issubclass(phx.SafetensorError, OSError)   # as safetensors': an Exception
+    assert phx.SafetensorError.__module__ == "phoenix_gds"
