@@ -64,15 +64,16 @@ TensorInfo parse_tensor(const std::string &name, const json &entry,
   if (shape == entry.end() || !shape->is_array()) {
     fail_tensor(EINVAL, path, name, "no \"shape\" array");
   }
-  std::uint64_t bytes = element_size(t.dtype);
+  // Counted in bits: F4 and F6 pack elements across bytes.
+  std::uint64_t bits = bit_size(t.dtype);
   bool overflow = false;
   for (const json &dim : *shape) {
     const std::uint64_t d = to_u64(dim, path, name, "shape");
     t.shape.push_back(d);
-    if (d != 0 && bytes > std::numeric_limits<std::uint64_t>::max() / d) {
+    if (d != 0 && bits > std::numeric_limits<std::uint64_t>::max() / d) {
       overflow = true;
     }
-    bytes *= d;
+    bits *= d;
   }
   const auto offsets = entry.find("data_offsets");
   if (offsets == entry.end() || !offsets->is_array() || offsets->size() != 2) {
@@ -86,8 +87,14 @@ TensorInfo parse_tensor(const std::string &name, const json &entry,
                     ") end before they begin");
   }
   if (overflow) {
-    fail_tensor(EOVERFLOW, path, name, "shape's byte count overflows 64 bits");
+    fail_tensor(EOVERFLOW, path, name, "shape's bit count overflows 64 bits");
   }
+  if (bits % 8 != 0) {
+    fail_tensor(EINVAL, path, name,
+                "shape and dtype " + std::string(to_string(t.dtype)) + " make " +
+                    std::to_string(bits) + " bits, not a whole number of bytes");
+  }
+  const std::uint64_t bytes = bits / 8;
   if (bytes != t.size()) {
     fail_tensor(EINVAL, path, name,
                 "shape and dtype " + std::string(to_string(t.dtype)) + " make " +

@@ -37,7 +37,7 @@ from typing import (Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, T
                     Union)
 
 from . import _phoenix
-from ._convert import TORCH_DTYPES, framework_name, numpy_dtype
+from ._convert import framework_name, numpy_dtype, torch_dtype, torch_shape
 from ._phoenix import ArgumentError, engine_for
 
 
@@ -82,9 +82,14 @@ def _safetensor_errors() -> Iterator[None]:
         raise _error(type(error), *error.args) from None
 
 
-_ELEMENT_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "I16": 2,
-                  "F16": 2, "BF16": 2, "U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8,
-                  "F64": 8}
+# safetensors dtype -> bits per element, from the library (F4 and F6_* pack
+# elements across bytes).
+_DTYPE_BITS: Dict[str, int] = dict(_phoenix.dtypes())
+
+
+def _nbytes(dtype: str, count: int) -> int:
+    """Bytes of ``count`` elements (whole: the header reader checked)."""
+    return count * _DTYPE_BITS[dtype] // 8
 
 
 # Average piece size from which uncached pieces go O_DIRECT.
@@ -253,15 +258,22 @@ class _Target:
 
         dst.reshape(count, run)[...] = as_strided(span, (count, run), (stride, 1), writeable=False)
 
-    def check_dtype(self, dtype: str, name: str) -> None:
-        if self.framework == "numpy":
-            numpy_dtype(dtype, name)  # TypeError for BF16 and F8, as safetensors' numpy
-        elif not hasattr(self.torch, TORCH_DTYPES[dtype]):
-            raise TypeError(f"tensor {name!r} is {dtype}, which this torch lacks")
+    def check_dtype(self, dtype: str, shape: Sequence[int], name: str) -> None:
+        """SafetensorError (and TypeError) where the framework has no such
+        dtype (numpy: BF16, the F8s, F4, F6; torch: F6), ValueError for an
+        F4 shape torch cannot hold, before anything is read."""
+        try:
+            if self.framework == "numpy":
+                numpy_dtype(dtype, name)
+            else:
+                torch_dtype(dtype, name)
+                torch_shape(dtype, shape, name)
+        except (TypeError, ValueError) as error:
+            raise _error(type(error), str(error)) from None
 
     def view(self, raw: Any, dtype: str, shape: Sequence[int], name: str) -> Any:
         if self.framework == "torch":
-            return raw.view(getattr(self.torch, TORCH_DTYPES[dtype])).reshape(tuple(shape))
+            return raw.view(torch_dtype(dtype, name)).reshape(torch_shape(dtype, shape, name))
         return raw.view(numpy_dtype(dtype, name)).reshape(tuple(shape))
 
 
@@ -300,7 +312,10 @@ class TensorSlice:
 
     def __getitem__(self, key: Any) -> Any:
         ranges, out_shape = _normalize(key, self._shape, self._name)
-        layout = slice_layout(self._shape, _ELEMENT_BYTES[self._dtype], self._begin, ranges)
+        if _DTYPE_BITS[self._dtype] % 8:
+            raise _error(ValueError, f"tensor {self._name!r}: slices of {self._dtype}, whose "
+                                     "elements share bytes, are not read")
+        layout = slice_layout(self._shape, _DTYPE_BITS[self._dtype] // 8, self._begin, ranges)
         return self._owner._read(self._name, self._dtype, out_shape, layout)
 
     def __repr__(self) -> str:
@@ -377,8 +392,8 @@ class safe_open:  # noqa: N801  (safetensors' name)
         return entry
 
     def _read(self, name: str, dtype: str, shape: List[int], layout: Layout) -> Any:
-        self._target.check_dtype(dtype, name)
-        nbytes = _prod(shape) * _ELEMENT_BYTES[dtype]
+        self._target.check_dtype(dtype, shape, name)
+        nbytes = _nbytes(dtype, _prod(shape))
         raw = self._target.empty_bytes(nbytes)
         if layout.count == 0:
             return self._target.view(raw, dtype, shape, name)

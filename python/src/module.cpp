@@ -322,6 +322,16 @@ PYBIND11_MODULE(_phoenix, m) {
       R"(A .safetensors file's header, validated: {"path", "file_size", "data_offset",
 "metadata", "tensors": {name: (dtype, shape, file begin, file end)}}.)");
   m.def(
+      "dtypes",
+      [] {
+        py::list out;
+        for (const st::Dtype d : st::all_dtypes()) {
+          out.append(py::make_tuple(std::string(st::to_string(d)), st::bit_size(d)));
+        }
+        return out;
+      },
+      "[(safetensors dtype, bits per element)], in safetensors' order (ascending alignment).");
+  m.def(
       "checkpoint_files",
       [](const std::filesystem::path &path) {
         const py::gil_scoped_release release;

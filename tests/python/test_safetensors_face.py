@@ -283,3 +283,52 @@ def test_errors_are_safetensor_errors_and_the_builtin_ones(phx, make_file, tmp_p
         assert isinstance(info.value, phx.SafetensorError) and info.value.errno == errno.ENOENT
     assert not issubclass(phx.SafetensorError, OSError)   # as safetensors': an Exception
     assert phx.SafetensorError.__module__ == "phoenix_gds"
+
+
+def write_one(path, dtype, shape, data):
+    """A file of one tensor "t", written by hand (any dtype name, any bytes)."""
+    import struct
+
+    header = json.dumps({"t": {"dtype": dtype, "shape": shape,
+                               "data_offsets": [0, len(data)]}}).encode()
+    header += b" " * (-len(header) % 8)
+    path.write_bytes(struct.pack("<Q", len(header)) + header + data)
+
+
+# safetensors 0.8's dtypes past the byte-sized ones: F4 and F6 packed
+# (shape x bits / 8 bytes), C64 two F32s.
+NEWER_DTYPES = [("F4", [2, 4], 4), ("F4", [6], 3), ("F6_E2M3", [4], 3), ("F6_E3M2", [2, 4], 6),
+                ("F8_E8M0", [2, 2], 4), ("F8_E4M3FNUZ", [3], 3), ("F8_E5M2FNUZ", [3], 3),
+                ("C64", [2, 2], 32)]
+
+
+def test_every_safetensors_dtype_is_read(phx, tmp_path):
+    from phoenix_gds.numpy import load_file
+
+    for k, (dtype, shape, nbytes) in enumerate(NEWER_DTYPES):
+        data = bytes((7 * i + k) % 256 for i in range(nbytes))
+        path = tmp_path / f"{k}.safetensors"
+        write_one(path, dtype, shape, data)
+        t = phx.load_safetensors(path, device="cpu")["t"]
+        assert (t.dtype, list(t.shape), t.nbytes) == (dtype, shape, nbytes)
+        assert numpy.from_dlpack(t.as_bytes()).tobytes() == data
+        with phx.safe_open(path, framework="np") as f:
+            assert f.get_slice("t").get_dtype() == dtype
+            if dtype != "C64":
+                # numpy has no such dtype: a clear TypeError, as safetensors' SafetensorError.
+                with pytest.raises(TypeError, match=dtype) as info:
+                    f.get_tensor("t")
+                assert isinstance(info.value, phx.SafetensorError)
+                continue
+            expected = numpy.frombuffer(data, dtype=numpy.complex64).reshape(shape)
+            for got, want in ((f.get_tensor("t"), expected), (f.get_slice("t")[1:], expected[1:]),
+                              (load_file(path)["t"], expected)):
+                assert got.dtype == numpy.complex64 and got.shape == want.shape
+                assert got.tobytes() == want.tobytes()
+    # Elements that end inside a byte are refused at the header, as safetensors does.
+    for dtype, shape in (("F4", [3]), ("F6_E2M3", [2])):
+        path = tmp_path / "odd.safetensors"
+        write_one(path, dtype, shape, b"\0\0")
+        with pytest.raises(phx.SafetensorError, match="whole number of bytes") as info:
+            phx.safe_open(path, framework="np")
+        assert info.value.errno == errno.EINVAL

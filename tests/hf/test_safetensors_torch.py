@@ -1,0 +1,69 @@
+# SPDX-License-Identifier: MIT
+"""phoenix_gds's safetensors face against safetensors 0.8 itself, with torch
+on the CPU: every dtype, slices, save/load byte for byte, and the errors.
+Here because these need torch and safetensors, which the product does not
+depend on (scripts/test-hf runs them in its environment)."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+import torch
+
+safetensors = pytest.importorskip("safetensors")
+from safetensors import safe_open as st_safe_open  # noqa: E402
+
+import phoenix_gds as phx  # noqa: E402
+import phoenix_gds.torch as phx_torch  # noqa: E402
+
+
+def write_one(path, dtype, shape, data):
+    header = json.dumps({"t": {"dtype": dtype, "shape": shape,
+                               "data_offsets": [0, len(data)]}}).encode()
+    header += b" " * (-len(header) % 8)
+    path.write_bytes(struct.pack("<Q", len(header)) + header + data)
+
+
+def raw_bytes(t):
+    return t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+DTYPES = [("F4", [2, 4], 4), ("F6_E2M3", [4], 3), ("F6_E3M2", [2, 4], 6), ("F8_E8M0", [2, 2], 4),
+          ("F8_E4M3FNUZ", [3], 3), ("F8_E5M2FNUZ", [3], 3), ("C64", [2, 2], 32),
+          ("F8_E4M3", [2], 2), ("F8_E5M2", [2], 2), ("BF16", [3], 6), ("BOOL", [2], 2)]
+
+
+@pytest.mark.parametrize("dtype,shape,nbytes", DTYPES)
+def test_every_dtype_as_safetensors_gives_it(tmp_path, dtype, shape, nbytes):
+    data = bytes((5 * i + 1) % 2 if dtype == "BOOL" else (5 * i + 1) % 256 for i in range(nbytes))
+    path = tmp_path / "t.safetensors"
+    write_one(path, dtype, shape, data)
+    try:
+        with st_safe_open(path, framework="pt") as f:
+            want = f.get_tensor("t")
+    except safetensors.SafetensorError:
+        want = None  # a dtype torch lacks (F6): ours refuses it too, as TypeError
+    with phx.safe_open(path, framework="pt") as f:
+        if want is None:
+            with pytest.raises(phx.SafetensorError, match=dtype) as info:
+                f.get_tensor("t")
+            assert isinstance(info.value, TypeError)
+            return
+        got = f.get_tensor("t")
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert raw_bytes(got) == raw_bytes(want) == data
+    loaded = phx_torch.load_file(path)["t"]
+    assert loaded.dtype == want.dtype and loaded.shape == want.shape
+    assert raw_bytes(loaded) == data
+
+
+def test_f4_with_an_odd_last_dimension_is_refused_as_safetensors_does(tmp_path):
+    path = tmp_path / "t.safetensors"
+    write_one(path, "F4", [2, 3], b"\1\2\3")
+    with st_safe_open(path, framework="pt") as f, pytest.raises(safetensors.SafetensorError):
+        f.get_tensor("t")
+    with phx.safe_open(path, framework="pt") as f, pytest.raises(phx.SafetensorError,
+                                                                  match="even"):
+        f.get_tensor("t")
