@@ -67,3 +67,47 @@ def test_f4_with_an_odd_last_dimension_is_refused_as_safetensors_does(tmp_path):
     with phx.safe_open(path, framework="pt") as f, pytest.raises(phx.SafetensorError,
                                                                   match="even"):
         f.get_tensor("t")
+
+
+def test_slices_as_safetensors_and_numpy_take_them(tmp_path):
+    from safetensors.torch import save_file as st_save_file
+
+    torch.manual_seed(3)
+    tensors = {"bf16": torch.randn(12, 40).to(torch.bfloat16),
+               "f8": torch.randn(6, 5, 16).to(torch.float8_e4m3fn),
+               "i32": torch.randint(-99, 99, (7, 9), dtype=torch.int32)}
+    path = tmp_path / "m.safetensors"
+    st_save_file(tensors, path)
+    # safetensors' own docstring example, and others it takes.
+    shared = [(slice(None), slice(None, None, 8)), (slice(1, None, 3),), (Ellipsis, slice(2, 9, 2)),
+              (-1, slice(None, None, 5)), (0,)]
+    # numpy's semantics where safetensors 0.8 refuses: negative steps and bounds, None.
+    numpy_only = [(slice(None, None, -1),), (slice(-3, None), None), (None, Ellipsis, slice(-1, 0, -2)),
+                  (slice(4, 1, -1), -2)]
+    with st_safe_open(path, framework="pt") as ref, phx.safe_open(path, framework="pt") as f:
+        for name, t in tensors.items():
+            for key in shared:
+                want, got = ref.get_slice(name)[key], f.get_slice(name)[key]
+                assert got.dtype == want.dtype and got.shape == want.shape, (name, key)
+                assert raw_bytes(got) == raw_bytes(want), (name, key)
+            size = t.element_size()
+            as_bytes = t.view(torch.uint8).numpy().reshape(*t.shape, size)
+            for key in numpy_only:
+                want = as_bytes[key + (slice(None),)]
+                got = f.get_slice(name)[key]
+                assert got.dtype == t.dtype and tuple(got.shape) == want.shape[:-1], (name, key)
+                assert raw_bytes(got) == want.tobytes(), (name, key)
+
+
+def test_f4_slices_read_whole_bytes_only(tmp_path):
+    data = bytes(range(16))
+    path = tmp_path / "t.safetensors"
+    write_one(path, "F4", [4, 8], data)
+    with phx.safe_open(path, framework="pt") as f:
+        x = f.get_slice("t")
+        rows = x[1:3]
+        assert rows.dtype == torch.float4_e2m1fn_x2 and rows.shape == (2, 4)
+        assert raw_bytes(rows) == data[4:12]
+        assert raw_bytes(x[:, 2:6]) == bytes(b for r in range(4) for b in data[4 * r + 1:4 * r + 3])
+        with pytest.raises(phx.SafetensorError, match="share a byte"):
+            x[:, 1:5]
