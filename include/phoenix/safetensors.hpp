@@ -106,6 +106,10 @@ struct FileHeader {
 /// (header length past the end of the file or above kMaxHeaderSize, offsets
 /// past the data section, shape product overflowing), and open/read errors.
 [[nodiscard]] PHX_EXPORT FileHeader read_header(const std::filesystem::path &path);
+/// Validates a whole file held in memory (@p data: the 8-byte length, the
+/// header, the data section), named @p path in errors: read_header's checks.
+[[nodiscard]] PHX_EXPORT FileHeader parse_file(std::span<const std::byte> data,
+                                               const std::filesystem::path &path);
 /// Validates a header already read: @p json is the header text, @p file_size
 /// the whole file's size (for the data section's bounds).
 [[nodiscard]] PHX_EXPORT FileHeader parse_header(std::string_view json, std::uint64_t file_size,

@@ -307,6 +307,13 @@ class _Target:
     def pinned_bytes(self, nbytes: int) -> Any:
         return self.torch.empty(nbytes, dtype=self.torch.uint8, pin_memory=True)
 
+    def fill(self, raw: Any, source: Any) -> None:
+        """raw (bytes in host memory) = source (a buffer of as many bytes)."""
+        import numpy
+
+        host = raw.numpy() if self.framework == "torch" else raw
+        host[:] = numpy.frombuffer(source, dtype=numpy.uint8)
+
     def copy_strided(self, dst: Any, src: Any, shape: Sequence[int],
                      strides: Sequence[int]) -> None:
         """dst (contiguous bytes, row-major over ``shape``) = the bytes of

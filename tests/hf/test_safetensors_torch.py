@@ -111,3 +111,73 @@ def test_f4_slices_read_whole_bytes_only(tmp_path):
         assert raw_bytes(x[:, 2:6]) == bytes(b for r in range(4) for b in data[4 * r + 1:4 * r + 3])
         with pytest.raises(phx.SafetensorError, match="share a byte"):
             x[:, 1:5]
+
+
+def torch_dict():
+    torch.manual_seed(9)
+    return {"w": torch.randn(5, 7), "bf": torch.randn(3, 4).to(torch.bfloat16),
+            "f8": torch.randn(6).to(torch.float8_e5m2), "e8": torch.ones(2).to(torch.float8_e8m0fnu),
+            "i64": torch.arange(5), "flags": torch.tensor([True, False, True]),
+            "z": torch.randn(2, 2, dtype=torch.complex64), "u16": torch.arange(3, dtype=torch.int32).to(torch.uint16),
+            "f4": torch.arange(6, dtype=torch.uint8).view(torch.float4_e2m1fn_x2).reshape(2, 3),
+            "empty": torch.zeros(0, 3), "scalar": torch.tensor(2.5, dtype=torch.float16),
+            "é\n\x01 name": torch.ones(1, dtype=torch.int8)}
+
+
+def test_torch_save_is_byte_for_byte_safetensors(tmp_path):
+    import safetensors.torch as st
+
+    tensors = torch_dict()
+    for metadata in (None, {}, {"format": "pt"}, {"ü": "\x7f/\"\\"}):
+        want = st.save(tensors, metadata=metadata)
+        assert phx_torch.save(tensors, metadata=metadata) == want, metadata
+        ours, theirs = tmp_path / "ours.safetensors", tmp_path / "theirs.safetensors"
+        phx_torch.save_file(tensors, ours, metadata=metadata)
+        st.save_file(tensors, theirs, metadata=metadata)
+        assert ours.read_bytes() == theirs.read_bytes() == want
+    # Each reads the other's: safetensors ours, ours safetensors' (F4
+    # included, which safetensors.torch.load itself cannot read).
+    with st_safe_open(ours, framework="pt") as f:
+        assert sorted(f.keys()) == sorted(tensors)
+        assert raw_bytes(f.get_tensor("w")) == raw_bytes(tensors["w"])
+    for got in (phx_torch.load(want), phx_torch.load_file(theirs)):
+        for name, t in tensors.items():
+            assert got[name].dtype == t.dtype and got[name].shape == t.shape, name
+            assert raw_bytes(got[name]) == raw_bytes(t), name
+
+
+def test_numpy_save_is_byte_for_byte_safetensors():
+    import numpy
+    import safetensors.numpy as sn
+
+    import phoenix_gds.numpy as phx_numpy
+
+    rng = numpy.random.default_rng(4)
+    arrays = {"w": rng.standard_normal((5, 7)).astype(numpy.float32), "i": numpy.arange(9),
+              "b": numpy.array([True, False]), "c": numpy.ones(3, dtype=numpy.complex64),
+              "h": numpy.ones((2, 0), dtype=numpy.float16), "u": numpy.arange(4, dtype=numpy.uint32)}
+    for metadata in (None, {"k": "v"}):
+        want = sn.save(arrays, metadata=metadata)
+        assert phx_numpy.save(arrays, metadata=metadata) == want
+        got = phx_numpy.load(want)
+        assert all(got[n].tobytes() == a.tobytes() and got[n].dtype == a.dtype
+                   for n, a in arrays.items())
+
+
+def test_torch_save_refuses_what_safetensors_refuses():
+    import safetensors.torch as st
+
+    t = torch.arange(12.0).reshape(3, 4)
+    cases = [{"t": t.t()}, {"a": t, "b": t[1]}, {"a": t, "b": t}, {"a": 1},
+             {"s": torch.eye(2).to_sparse()}]
+    for tensors in cases:
+        with pytest.raises(Exception) as theirs:
+            st.save(tensors)
+        with pytest.raises(phx.SafetensorError) as ours:
+            phx_torch.save(tensors)
+        assert isinstance(ours.value, type(theirs.value)), (tensors, theirs.value)
+    # Tensors of one storage that do not overlap are fine, as safetensors has them.
+    halves = {"a": t[:1], "b": t[1:]}
+    assert phx_torch.save(halves) == st.save(halves)
+    with pytest.raises(phx.SafetensorError):
+        phx_torch.load(b"\x08\0\0\0\0\0\0\0{garbage")

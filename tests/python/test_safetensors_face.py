@@ -426,3 +426,59 @@ def test_a_step_reads_only_the_rows_it_takes(phx, make_file):
         got = f.get_slice("narrow")[-1:-20:-8, ::-1]
         assert got.tobytes() == numpy.ascontiguousarray(narrow[-1:-20:-8, ::-1]).tobytes()
         assert calls == [("read_ranges", calls[0][1], 3 * 4096)]
+
+
+def test_numpy_save_writes_safetensors_format_and_load_reads_it(phx, tmp_path):
+    # The bytes safetensors 0.8 writes for this dict, spelled out: compact
+    # JSON, __metadata__ first, tensors by dtype (largest alignment first)
+    # then name, data offsets from 0, padded with spaces to 8 bytes.
+    from phoenix_gds.numpy import load, load_file, save, save_file
+
+    tensors = {"b": numpy.array([1.5, -2], dtype=numpy.float32),
+               "a": numpy.arange(3, dtype=numpy.uint8),
+               "c": numpy.array([7], dtype=numpy.int64),
+               "d": numpy.arange(4, dtype=numpy.float32)}
+    header = ('{"__metadata__":{"k":"v"},'
+              '"c":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},'
+              '"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]},'
+              '"d":{"dtype":"F32","shape":[4],"data_offsets":[16,32]},'
+              '"a":{"dtype":"U8","shape":[3],"data_offsets":[32,35]}}').encode()
+    header += b" " * (-len(header) % 8)
+    import struct
+
+    expected = (struct.pack("<Q", len(header)) + header + tensors["c"].tobytes()
+                + tensors["b"].tobytes() + tensors["d"].tobytes() + tensors["a"].tobytes())
+    assert save(tensors, metadata={"k": "v"}) == expected
+    path = tmp_path / "saved.safetensors"
+    save_file(tensors, path, metadata={"k": "v"})
+    assert path.read_bytes() == expected
+    for got in (load(expected), load_file(path)):
+        assert sorted(got) == sorted(tensors)
+        for name, array in tensors.items():
+            assert got[name].dtype == array.dtype and got[name].tobytes() == array.tobytes()
+            assert got[name].flags.writeable
+    with phx.safe_open(path, framework="np") as f:
+        assert f.metadata() == {"k": "v"}
+    assert save({}) == struct.pack("<Q", 8) + b"{}      "
+    # A strided or big-endian array is written as its values, little endian.
+    odd = {"t": numpy.arange(12, dtype=">f4").reshape(3, 4)[:, ::2]}
+    assert load(save(odd))["t"].tobytes() == numpy.ascontiguousarray(odd["t"], "<f4").tobytes()
+
+
+def test_numpy_save_and_load_refuse_as_safetensors(phx):
+    from phoenix_gds.numpy import load, save
+
+    x = numpy.zeros(2, dtype=numpy.float32)
+    with pytest.raises(TypeError):
+        save({"x": x}, metadata={"k": 1})
+    with pytest.raises(phx.SafetensorError):
+        save({"x": x.astype(numpy.complex128)})
+    with pytest.raises(phx.SafetensorError):
+        save({"__metadata__": x})
+    with pytest.raises(phx.SafetensorError):
+        save({"x": [1, 2]})
+    for data in (b"\x08\0", b"\x08\0\0\0\0\0\0\0{garbage", b"\xff" * 16):
+        with pytest.raises(phx.SafetensorError) as info:
+            load(data)
+        assert isinstance(info.value, OSError) and info.value.errno in (errno.EINVAL,
+                                                                        errno.EOVERFLOW)

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <system_error>
 #include <tuple>
@@ -138,6 +139,31 @@ TEST(SafetensorsReader, AllDtypesInSafetensorsOrder) {
       "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "I16",     "U16", "F16", "BF16",    "I32",
       "U32",     "F32",         "C64",         "F64",     "I64", "U64"};
   EXPECT_EQ(names, expected);
+}
+
+// A file held in memory (safetensors' load(bytes)) gets read_header's checks.
+TEST(SafetensorsReader, ParsesAWholeFileInMemory) {
+  const std::string json = "{" + tensor_entry("w", "F32", "[2]", 0, 8) + "}";
+  std::vector<std::byte> data(8 + json.size() + 8);
+  for (std::size_t i = 0; i < 8; ++i) {
+    data.at(i) = static_cast<std::byte>((json.size() >> (8 * i)) & 0xff);
+  }
+  for (std::size_t i = 0; i < json.size(); ++i) {
+    data.at(8 + i) = static_cast<std::byte>(json[i]);
+  }
+  const st::FileHeader h = st::parse_file(data, "<bytes>");
+  ASSERT_EQ(h.tensors.size(), 1U);
+  EXPECT_EQ(h.data_offset(), 8 + json.size());
+  EXPECT_EQ(h.tensors[0].size(), 8U);
+  for (const std::size_t cut : {std::size_t{5}, data.size() - 1}) {
+    try {
+      (void)st::parse_file(std::span(data).first(cut), "<bytes>");
+      ADD_FAILURE() << cut << " bytes accepted";
+    } catch (const std::system_error &e) {
+      EXPECT_EQ(e.code().value(), cut < 8 ? EINVAL : EOVERFLOW) << e.what();
+      EXPECT_NE(std::string(e.what()).find("<bytes>"), std::string::npos);
+    }
+  }
 }
 
 TEST(SafetensorsReader, DtypeNamesSizesAndUnknownNames) {
