@@ -42,8 +42,8 @@ from ._phoenix import Registration as _Registration
 
 __all__ = [
     "ArgumentError", "CuFile", "Device", "File", "IOFuture", "Loader", "Options", "Registration",
-    "SafetensorError", "Tensor", "engine_for", "load_safetensors", "release_idle_engines", "safe_open",
-    "__version__",
+    "Tensor", "engine_for", "load_safetensors", "release_idle_engines", "safe_open",
+    "SafetensorError", "__version__",
 ]
 
 PathLike = Union[str, os.PathLike]

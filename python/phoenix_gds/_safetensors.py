@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
-import itertools
 import os
 from typing import (Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Type,
                     Union)
@@ -64,8 +63,9 @@ SafetensorError.__module__ = "phoenix_gds"
 @functools.lru_cache(maxsize=None)
 def _error_class(builtin: Type[BaseException]) -> type:
     """SafetensorError and ``builtin`` in one class (made once per builtin)."""
+    doc = f"SafetensorError and {builtin.__name__}."
     return type(f"Safetensor{builtin.__name__}", (SafetensorError, builtin),
-                {"__module__": "phoenix_gds", "__doc__": f"SafetensorError and {builtin.__name__}."})
+                {"__module__": "phoenix_gds", "__doc__": doc})
 
 
 def _error(builtin: Type[BaseException], *args: Any) -> SafetensorError:

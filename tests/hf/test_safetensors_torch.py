@@ -82,8 +82,8 @@ def test_slices_as_safetensors_and_numpy_take_them(tmp_path):
     shared = [(slice(None), slice(None, None, 8)), (slice(1, None, 3),), (Ellipsis, slice(2, 9, 2)),
               (-1, slice(None, None, 5)), (0,)]
     # numpy's semantics where safetensors 0.8 refuses: negative steps and bounds, None.
-    numpy_only = [(slice(None, None, -1),), (slice(-3, None), None), (None, Ellipsis, slice(-1, 0, -2)),
-                  (slice(4, 1, -1), -2)]
+    numpy_only = [(slice(None, None, -1),), (slice(-3, None), None),
+                  (None, Ellipsis, slice(-1, 0, -2)), (slice(4, 1, -1), -2)]
     with st_safe_open(path, framework="pt") as ref, phx.safe_open(path, framework="pt") as f:
         for name, t in tensors.items():
             for key in shared:
@@ -116,9 +116,11 @@ def test_f4_slices_read_whole_bytes_only(tmp_path):
 def torch_dict():
     torch.manual_seed(9)
     return {"w": torch.randn(5, 7), "bf": torch.randn(3, 4).to(torch.bfloat16),
-            "f8": torch.randn(6).to(torch.float8_e5m2), "e8": torch.ones(2).to(torch.float8_e8m0fnu),
+            "f8": torch.randn(6).to(torch.float8_e5m2),
+            "e8": torch.ones(2).to(torch.float8_e8m0fnu),
             "i64": torch.arange(5), "flags": torch.tensor([True, False, True]),
-            "z": torch.randn(2, 2, dtype=torch.complex64), "u16": torch.arange(3, dtype=torch.int32).to(torch.uint16),
+            "z": torch.randn(2, 2, dtype=torch.complex64),
+            "u16": torch.arange(3, dtype=torch.int32).to(torch.uint16),
             "f4": torch.arange(6, dtype=torch.uint8).view(torch.float4_e2m1fn_x2).reshape(2, 3),
             "empty": torch.zeros(0, 3), "scalar": torch.tensor(2.5, dtype=torch.float16),
             "é\n\x01 name": torch.ones(1, dtype=torch.int8)}
@@ -155,7 +157,8 @@ def test_numpy_save_is_byte_for_byte_safetensors():
     rng = numpy.random.default_rng(4)
     arrays = {"w": rng.standard_normal((5, 7)).astype(numpy.float32), "i": numpy.arange(9),
               "b": numpy.array([True, False]), "c": numpy.ones(3, dtype=numpy.complex64),
-              "h": numpy.ones((2, 0), dtype=numpy.float16), "u": numpy.arange(4, dtype=numpy.uint32)}
+              "h": numpy.ones((2, 0), dtype=numpy.float16),
+              "u": numpy.arange(4, dtype=numpy.uint32)}
     for metadata in (None, {"k": "v"}):
         want = sn.save(arrays, metadata=metadata)
         assert phx_numpy.save(arrays, metadata=metadata) == want
