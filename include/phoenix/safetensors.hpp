@@ -51,14 +51,27 @@ enum class Dtype : std::uint8_t {
   u64,
   i64,
   f64,
+  f4,       ///< MXFP4 E2M1, two to a byte
+  f6_e2m3,  ///< MXFP6, four to three bytes
+  f6_e3m2,
+  f8_e8m0,
+  f8_e4m3fnuz,
+  f8_e5m2fnuz,
+  c64,  ///< two F32s
 };
 
 /// The format's name: "BOOL", "U8", ..., "F8_E4M3", "BF16", "F64".
 [[nodiscard]] PHX_EXPORT std::string_view to_string(Dtype dtype) noexcept;
 /// Parses a format name; throws std::system_error(EINVAL) for others.
 [[nodiscard]] PHX_EXPORT Dtype parse_dtype(std::string_view name);
-/// Bytes per element.
+/// Bits per element: 4 (F4) and 6 (F6_*) are packed, and a tensor of them
+/// must fill whole bytes.
+[[nodiscard]] PHX_EXPORT std::size_t bit_size(Dtype dtype) noexcept;
+/// Whole bytes per element: bit_size / 8, 0 for the packed F4 and F6_*.
 [[nodiscard]] PHX_EXPORT std::size_t element_size(Dtype dtype) noexcept;
+/// Every dtype, in safetensors' own order (ascending alignment): its writer
+/// places tensors by this order, last first, then by name.
+[[nodiscard]] PHX_EXPORT std::span<const Dtype> all_dtypes() noexcept;
 
 /// Headers longer than this are refused (EOVERFLOW): the format's own readers
 /// use the same bound against hostile files.
@@ -93,6 +106,10 @@ struct FileHeader {
 /// (header length past the end of the file or above kMaxHeaderSize, offsets
 /// past the data section, shape product overflowing), and open/read errors.
 [[nodiscard]] PHX_EXPORT FileHeader read_header(const std::filesystem::path &path);
+/// Validates a whole file held in memory (@p data: the 8-byte length, the
+/// header, the data section), named @p path in errors: read_header's checks.
+[[nodiscard]] PHX_EXPORT FileHeader parse_file(std::span<const std::byte> data,
+                                               const std::filesystem::path &path);
 /// Validates a header already read: @p json is the header text, @p file_size
 /// the whole file's size (for the data section's bounds).
 [[nodiscard]] PHX_EXPORT FileHeader parse_header(std::string_view json, std::uint64_t file_size,

@@ -64,15 +64,16 @@ TensorInfo parse_tensor(const std::string &name, const json &entry,
   if (shape == entry.end() || !shape->is_array()) {
     fail_tensor(EINVAL, path, name, "no \"shape\" array");
   }
-  std::uint64_t bytes = element_size(t.dtype);
+  // Counted in bits: F4 and F6 pack elements across bytes.
+  std::uint64_t bits = bit_size(t.dtype);
   bool overflow = false;
   for (const json &dim : *shape) {
     const std::uint64_t d = to_u64(dim, path, name, "shape");
     t.shape.push_back(d);
-    if (d != 0 && bytes > std::numeric_limits<std::uint64_t>::max() / d) {
+    if (d != 0 && bits > std::numeric_limits<std::uint64_t>::max() / d) {
       overflow = true;
     }
-    bytes *= d;
+    bits *= d;
   }
   const auto offsets = entry.find("data_offsets");
   if (offsets == entry.end() || !offsets->is_array() || offsets->size() != 2) {
@@ -86,8 +87,14 @@ TensorInfo parse_tensor(const std::string &name, const json &entry,
                     ") end before they begin");
   }
   if (overflow) {
-    fail_tensor(EOVERFLOW, path, name, "shape's byte count overflows 64 bits");
+    fail_tensor(EOVERFLOW, path, name, "shape's bit count overflows 64 bits");
   }
+  if (bits % 8 != 0) {
+    fail_tensor(EINVAL, path, name,
+                "shape and dtype " + std::string(to_string(t.dtype)) + " make " +
+                    std::to_string(bits) + " bits, not a whole number of bytes");
+  }
+  const std::uint64_t bytes = bits / 8;
   if (bytes != t.size()) {
     fail_tensor(EINVAL, path, name,
                 "shape and dtype " + std::string(to_string(t.dtype)) + " make " +
@@ -183,6 +190,52 @@ FileHeader parse_header(std::string_view text, std::uint64_t file_size,
   return header;
 }
 
+namespace {
+
+// The header length's bounds, read from the first 8 bytes of a file of
+// @p file_size bytes (at least 8).
+void check_length(std::uint64_t length, std::uint64_t file_size,
+                  const std::filesystem::path &path) {
+  if (length > file_size - 8) {
+    fail(EOVERFLOW, path,
+         "header length " + std::to_string(length) + " runs past the end of the file (" +
+             std::to_string(file_size) + " bytes)");
+  }
+  if (length > kMaxHeaderSize) {
+    fail(EOVERFLOW, path,
+         "header length " + std::to_string(length) + " is above the limit of " +
+             std::to_string(kMaxHeaderSize) + " bytes");
+  }
+}
+
+void check_size(std::uint64_t file_size, const std::filesystem::path &path) {
+  if (file_size < 8) {
+    fail(EINVAL, path,
+         "truncated: " + std::to_string(file_size) +
+             " bytes, shorter than the 8-byte header length");
+  }
+}
+
+std::uint64_t little_endian(const unsigned char *bytes) {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < 8; ++i) {
+    value |= std::uint64_t{bytes[i]} << (8 * i);  // NOLINT(*-pointer-arithmetic)
+  }
+  return value;
+}
+
+}  // namespace
+
+FileHeader parse_file(std::span<const std::byte> data, const std::filesystem::path &path) {
+  check_size(data.size(), path);
+  const auto *bytes = reinterpret_cast<const unsigned char *>(data.data());  // NOLINT
+  const std::uint64_t length = little_endian(bytes);
+  check_length(length, data.size(), path);
+  const std::string_view text(reinterpret_cast<const char *>(bytes) + 8,  // NOLINT
+                              static_cast<std::size_t>(length));
+  return parse_header(text, data.size(), path);
+}
+
 FileHeader read_header(const std::filesystem::path &path) {
   // O_NONBLOCK: opening a FIFO would otherwise wait for a writer, forever.
   const detail::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
@@ -202,27 +255,11 @@ FileHeader read_header(const std::filesystem::path &path) {
     (void)::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
   }
   const auto file_size = static_cast<std::uint64_t>(st.st_size);
-  if (file_size < 8) {
-    fail(EINVAL, path,
-         "truncated: " + std::to_string(file_size) +
-             " bytes, shorter than the 8-byte header length");
-  }
+  check_size(file_size, path);
   std::array<unsigned char, 8> length_bytes{};
   detail::read_fully(fd.get(), length_bytes.data(), length_bytes.size(), 0, path);
-  std::uint64_t length = 0;
-  for (std::size_t i = 0; i < length_bytes.size(); ++i) {
-    length |= std::uint64_t{length_bytes.at(i)} << (8 * i);
-  }
-  if (length > file_size - 8) {
-    fail(EOVERFLOW, path,
-         "header length " + std::to_string(length) + " runs past the end of the file (" +
-             std::to_string(file_size) + " bytes)");
-  }
-  if (length > kMaxHeaderSize) {
-    fail(EOVERFLOW, path,
-         "header length " + std::to_string(length) + " is above the limit of " +
-             std::to_string(kMaxHeaderSize) + " bytes");
-  }
+  const std::uint64_t length = little_endian(length_bytes.data());
+  check_length(length, file_size, path);
   std::string text(length, '\0');
   detail::read_fully(fd.get(), text.data(), text.size(), 8, path);
   return parse_header(text, file_size, path);

@@ -43,7 +43,7 @@ from ._phoenix import Registration as _Registration
 __all__ = [
     "ArgumentError", "CuFile", "Device", "File", "IOFuture", "Loader", "Options", "Registration",
     "Tensor", "engine_for", "load_safetensors", "release_idle_engines", "safe_open",
-    "__version__",
+    "SafetensorError", "__version__",
 ]
 
 PathLike = Union[str, os.PathLike]
@@ -294,4 +294,4 @@ def load_safetensors(
 
 
 from ._kvikio import CuFile  # noqa: E402  (uses File)
-from ._safetensors import safe_open  # noqa: E402
+from ._safetensors import SafetensorError, safe_open  # noqa: E402

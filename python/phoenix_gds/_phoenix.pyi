@@ -208,6 +208,12 @@ def read_header(path: _Path) -> Dict[str, Any]:
     """A .safetensors file's header, validated: {"path", "file_size", "data_offset",
     "metadata", "tensors": {name: (dtype, shape, file begin, file end)}}."""
 
+def parse_header(data: Any, name: str = "<bytes>") -> Dict[str, Any]:
+    """read_header of a whole file held in memory (bytes), named name in errors."""
+
+def dtypes() -> List[Tuple[str, int]]:
+    """[(safetensors dtype, bits per element)], in safetensors' order (ascending alignment)."""
+
 def checkpoint_files(path: _Path) -> List[str]:
     """The .safetensors files a file, folder or index stands for."""
 

@@ -3,18 +3,23 @@
 slices, each read straight into its destination on the target device.
 
 The header is read and validated by libphoenix (the same checks as the
-loader).  A slice reads only its own bytes: one piece per run of contiguous
-elements (a row shard is one piece, a column shard one piece per row),
-all handed to File.read_ranges, which merges neighbours and issues them
-together into the destination tensor.
+loader).  A slice (any basic numpy index: steps, negative ones read
+forwards and flipped after, None, Ellipsis) reads only its own bytes: its
+elements are runs of contiguous bytes on a few evenly spaced levels (a row
+shard is one run, a column shard one level of rows, a step a level of its
+own), and sparse levels are read one piece per run, all handed to
+File.read_ranges, which merges neighbours and issues them together into
+the destination tensor.
 
-Storage moves whole 4 KiB pages.  When a slice's pieces are evenly spaced
-and their pages cover at least half of the range they span (a column half
-of a [4096, 4096] BF16 weight touches every page: 4 KiB pieces at
-unaligned offsets), reading each piece costs more than reading the span:
-small reads run well under half the rate of one sequential read, on disks
-and out of the page cache alike.  Such a slice reads its span once into a
-staging buffer on the target device and copies the pieces out of it there.
+Storage moves whole 4 KiB pages.  When a level's pieces cover at least
+half of the pages of the range they span (a column half of a [4096, 4096]
+BF16 weight touches every page: 4 KiB pieces at unaligned offsets; so do
+every 8th column's elements), reading each piece costs more than reading
+the span: small reads run well under half the rate of one sequential
+read, on disks and out of the page cache alike.  Such a level reads its
+span once (once per piece of the sparse levels outside it: every 8th
+row's span of every 8th column) into a staging buffer on the target
+device and copies the runs out of it there.
 Sparser slices read their pieces; into a GPU without the direct engine,
 they go through pinned host memory and one copy, not one copy per piece.
 
@@ -28,18 +33,68 @@ O_DIRECT.  The direct engine (phxfs) always reads O_DIRECT.
 
 from __future__ import annotations
 
+import contextlib
 import errno
-import itertools
+import functools
 import os
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import (Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Type,
+                    Union)
 
 from . import _phoenix
-from ._convert import TORCH_DTYPES, framework_name, numpy_dtype
+from ._convert import framework_name, numpy_dtype, torch_dtype, torch_shape
 from ._phoenix import ArgumentError, engine_for
 
-_ELEMENT_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "I16": 2,
-                  "F16": 2, "BF16": 2, "U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8,
-                  "F64": 8}
+
+class SafetensorError(Exception):
+    """safetensors' error (an Exception, as ``safetensors.SafetensorError``):
+    a bad header or file, a tensor the file lacks, an index the tensor
+    cannot take.
+
+    Each one raised here is also the builtin error numpy or the system
+    would raise (KeyError for a missing tensor, OSError with errno for a
+    bad file, FileNotFoundError..., IndexError, TypeError, ValueError for
+    an index), so that code written for safetensors and code written for
+    numpy or this package's earlier errors both catch it."""
+
+
+SafetensorError.__module__ = "phoenix_gds"
+
+
+@functools.lru_cache(maxsize=None)
+def _error_class(builtin: Type[BaseException]) -> type:
+    """SafetensorError and ``builtin`` in one class (made once per builtin)."""
+    doc = f"SafetensorError and {builtin.__name__}."
+    return type(f"Safetensor{builtin.__name__}", (SafetensorError, builtin),
+                {"__module__": "phoenix_gds", "__doc__": doc})
+
+
+def _error(builtin: Type[BaseException], *args: Any) -> SafetensorError:
+    return _error_class(builtin)(*args)
+
+
+@contextlib.contextmanager
+def _safetensor_errors() -> Iterator[None]:
+    """Turns the library's OSError (a bad header is EINVAL or EOVERFLOW, a
+    failed system call its errno) into the same OSError subclass and errno
+    that is also a SafetensorError.  A bad argument stays ArgumentError."""
+    try:
+        yield
+    except ArgumentError:
+        raise
+    except OSError as error:
+        if isinstance(error, SafetensorError):
+            raise
+        raise _error(type(error), *error.args) from None
+
+
+# safetensors dtype -> bits per element, from the library (F4 and F6_* pack
+# elements across bytes).
+_DTYPE_BITS: Dict[str, int] = dict(_phoenix.dtypes())
+
+
+def _nbytes(dtype: str, count: int) -> int:
+    """Bytes of ``count`` elements (whole: the header reader checked)."""
+    return count * _DTYPE_BITS[dtype] // 8
 
 
 # Average piece size from which uncached pieces go O_DIRECT.
@@ -59,108 +114,161 @@ def _prod(values: Sequence[int]) -> int:
     return out
 
 
-def _normalize(key: Any, shape: Tuple[int, ...], name: str) -> Tuple[List[Tuple[int, int]],
-                                                                     List[int]]:
-    """A numpy-style index (ints, slices of step 1, one Ellipsis) -> per
-    dimension [start, stop) and the result's shape."""
+class _Index(NamedTuple):
+    """A basic numpy index resolved against a shape."""
+
+    dims: List[Tuple[int, int, int]]  # per dimension of the tensor: (first, count, step >= 1)
+    read_shape: List[int]             # the elements read, in file order (ints dropped)
+    flips: List[int]                  # axes of read_shape that numpy walks backwards
+    shape: List[int]                  # the result: read_shape with the None axes
+
+
+def _normalize(key: Any, shape: Tuple[int, ...], name: str) -> _Index:
+    """numpy's basic indexing (ints, slices of any step, one Ellipsis, None)
+    resolved for ``shape``.  A negative step is read forwards and flipped
+    after, so a dimension is always read from its lowest index up."""
     items = list(key) if isinstance(key, tuple) else [key]
     if sum(1 for k in items if k is Ellipsis) > 1:
-        raise ArgumentError(errno.EINVAL, f"tensor {name!r}: an index can have one Ellipsis")
+        raise _error(IndexError, f"tensor {name!r}: an index can only have a single ellipsis")
+    indexed = sum(1 for k in items if k is not None and k is not Ellipsis)
+    if indexed > len(shape):
+        raise _error(IndexError, f"too many indices for tensor {name!r}: it has {len(shape)} "
+                                 f"dimensions; the index {key!r} has {indexed}")
+    fill = [slice(None)] * (len(shape) - indexed)
     if Ellipsis in items:
         at = items.index(Ellipsis)
-        fill = len(shape) - (len(items) - 1)
-        items[at:at + 1] = [slice(None)] * max(fill, 0)
-    if len(items) > len(shape):
-        raise ArgumentError(errno.EINVAL, f"tensor {name!r} has {len(shape)} dimensions; "
-                                          f"the index {key!r} has {len(items)}")
-    items += [slice(None)] * (len(shape) - len(items))
-    ranges: List[Tuple[int, int]] = []
-    out_shape: List[int] = []
-    for dim, (item, extent) in enumerate(zip(items, shape)):
-        if isinstance(item, slice):
-            start, stop, step = item.indices(extent)
-            if step != 1:
-                raise ArgumentError(errno.EINVAL, f"tensor {name!r}, dimension {dim}: slice step "
-                                                  f"{item.step} (only step 1 is read in place)")
-            stop = max(stop, start)
-            ranges.append((start, stop))
-            out_shape.append(stop - start)
-            continue
+        items[at:at + 1] = fill
+    else:
+        items += fill
+    index = _Index([], [], [], [])
+    for item in items:
+        dim = len(index.dims)
+        if item is None:
+            index.shape.append(1)
+        elif isinstance(item, slice):
+            index.dims.append(_slice_dim(item, shape[dim], name, dim))
+            if item.step is not None and item.step.__index__() < 0 and index.dims[-1][1]:
+                index.flips.append(len(index.read_shape))
+            index.read_shape.append(index.dims[-1][1])
+            index.shape.append(index.dims[-1][1])
+        else:
+            index.dims.append((_int_dim(item, shape[dim], name, dim), 1, 1))
+    return index
+
+
+def _slice_dim(item: slice, extent: int, name: str, dim: int) -> Tuple[int, int, int]:
+    """(first, count, step) of the elements a slice takes, in ascending order."""
+    try:
+        start, stop, step = item.indices(extent)
+    except (TypeError, ValueError) as error:  # a bound that is no integer; step 0
+        raise _error(type(error), f"tensor {name!r}, dimension {dim}: {error}") from None
+    count = len(range(start, stop, step))
+    if count == 0:
+        return 0, 0, 1
+    if step < 0:
+        return start + (count - 1) * step, count, -step
+    return start, count, step
+
+
+def _int_dim(item: Any, extent: int, name: str, dim: int) -> int:
+    if isinstance(item, bool) or getattr(getattr(item, "dtype", None), "kind", "") == "b":
+        index = None  # numpy reads a boolean as a mask: advanced indexing
+    else:
         try:
             index = item.__index__()
         except (AttributeError, TypeError):
-            raise TypeError(f"tensor {name!r}, dimension {dim}: index {item!r} is neither an "
-                            "integer, a slice nor Ellipsis") from None
-        if not -extent <= index < extent:
-            raise IndexError(f"tensor {name!r}, dimension {dim}: index {index} is out of range "
-                             f"for size {extent}")
-        index %= extent
-        ranges.append((index, index + 1))
-    return ranges, out_shape
+            index = None
+    if index is None:
+        raise _error(TypeError, f"tensor {name!r}, dimension {dim}: index {item!r} is not an "
+                                "integer, a slice, Ellipsis or None (advanced indexing reads "
+                                "the whole tensor: use get_tensor)")
+    if not -extent <= index < extent:
+        raise _error(IndexError, f"tensor {name!r}, dimension {dim}: index {index} is out of "
+                                 f"range for size {extent}")
+    return index % extent
 
 
 class Layout(NamedTuple):
-    """Where a slice's bytes are: ``count`` runs of ``run`` bytes, ``stride``
-    apart from file offset ``first`` when ``pieces`` is None (evenly
-    spaced), else the explicit (file_offset, buf_offset, size) pieces."""
+    """Where a selection's bytes are: ``run`` contiguous bytes at each file
+    offset ``first + sum(i[k] * strides[k])`` for every ``i[k] < counts[k]``,
+    in row-major order of ``counts``: the order they land in a contiguous
+    destination.  No counts: one run."""
 
     first: int
     run: int
-    count: int
-    stride: int
-    pieces: Optional[List[Tuple[int, int, int]]] = None
+    counts: Tuple[int, ...] = ()
+    strides: Tuple[int, ...] = ()
+
+    @property
+    def count(self) -> int:
+        return _prod(self.counts)
+
+    def offsets(self, levels: int) -> List[int]:
+        """The file offsets of the combinations of the ``levels`` outermost levels."""
+        offsets = [self.first]
+        for count, stride in zip(self.counts[:levels], self.strides[:levels]):
+            offsets = [o + i * stride for o in offsets for i in range(count)]
+        return offsets
+
+    def span(self, levels: int) -> int:
+        """Bytes from the first to the last byte of the levels from ``levels`` inwards."""
+        return self.run + sum((c - 1) * s for c, s in zip(self.counts[levels:],
+                                                            self.strides[levels:]))
 
     def all_pieces(self) -> List[Tuple[int, int, int]]:
-        if self.pieces is not None:
-            return self.pieces
-        return [(self.first + k * self.stride, k * self.run, self.run) for k in range(self.count)]
+        """(file_offset, buf_offset, size) of every run, in destination order."""
+        return [(o, k * self.run, self.run) for k, o in enumerate(self.offsets(len(self.counts)))]
 
 
-def slice_layout(shape: Tuple[int, ...], element: int, begin: int,
-                 ranges: List[Tuple[int, int]]) -> Layout:
-    """The layout of the elements of ``ranges`` of a row-major tensor at
-    file offset ``begin``, in the order they land in a contiguous
-    destination.  Computed in closed form when the runs are evenly spaced
-    (a row or column shard of any size costs no loop over its rows)."""
-    if any(stop == start for start, stop in ranges):
-        return Layout(begin, 0, 0, 0, [])
-    # The innermost dimensions taken whole read as one run with the first
-    # dimension (from the inside) that is cut.
-    cut = len(shape) - 1
-    while cut >= 0 and ranges[cut] == (0, shape[cut]):
-        cut -= 1
-    if cut < 0:
-        size = _prod(shape) * element
-        return Layout(begin, size, 1, size)
-    strides = [_prod(shape[d + 1:]) * element for d in range(len(shape))]
-    run = (ranges[cut][1] - ranges[cut][0]) * strides[cut]
-    first = begin + sum(start * stride for (start, _), stride in zip(ranges, strides))
-    outer = ranges[:cut]
-    count = _prod([stop - start for start, stop in outer])
-    # Evenly spaced when, past the first outer dimension that takes more
-    # than one index, every outer dimension is taken whole.
-    varying = [d for d, (start, stop) in enumerate(outer) if stop - start > 1]
-    if not varying or all(outer[d] == (0, shape[d]) for d in range(varying[0] + 1, cut)):
-        return Layout(first, run, count, strides[cut - 1] if cut > 0 else run)
-    pieces = []
-    base = first - sum(start * stride for (start, _), stride in zip(outer, strides))
-    for k, index in enumerate(itertools.product(*(range(a, b) for a, b in outer))):
-        offset = base + sum(i * s for i, s in zip(index, strides))
-        pieces.append((offset, k * run, run))
-    return Layout(first, run, count, 0, pieces)
+def slice_layout(shape: Sequence[int], bits: int, begin: int,
+                 dims: Sequence[Tuple[int, int, int]], name: str = "") -> Layout:
+    """The layout of the elements ``dims`` ((first, count, step) per
+    dimension) select of a row-major tensor of ``bits``-bit elements at file
+    offset ``begin``.  Neighbouring dimensions that are contiguous together
+    are one level (a row shard is one run, a column shard one level of
+    rows), so a layout has few levels whatever the tensor's size."""
+    if any(count == 0 for _, count, _ in dims):
+        return Layout(begin, 0, (0,), (0,))
+    strides = [_prod(shape[d + 1:]) * bits for d in range(len(shape))]
+    run = bits
+    levels: List[Tuple[int, int]] = []  # (count, stride), innermost first
+    for (_, count, step), stride in zip(reversed(dims), reversed(strides)):
+        if count == 1:
+            continue  # one index: its offset only
+        if not levels and step * stride == run:
+            run *= count
+        elif levels and step * stride == levels[-1][0] * levels[-1][1]:
+            levels[-1] = (levels[-1][0] * count, levels[-1][1])
+        else:
+            levels.append((count, step * stride))
+    levels.reverse()
+    first = sum(f * stride for (f, _, _), stride in zip(dims, strides))
+    if any(v % 8 for v in [first, run] + [s for _, s in levels]):
+        raise _error(ValueError, f"tensor {name!r}: the slice cuts elements that share a byte "
+                                 "(safetensors refuses it alike)")
+    return Layout(begin + first // 8, run // 8, tuple(c for c, _ in levels),
+                  tuple(s // 8 for _, s in levels))
 
 
-def slice_pieces(shape: Tuple[int, ...], element: int, begin: int,
-                 ranges: List[Tuple[int, int]]) -> List[Tuple[int, int, int]]:
+def slice_pieces(shape: Sequence[int], bits: int, begin: int,
+                 dims: Sequence[Tuple[int, int, int]]) -> List[Tuple[int, int, int]]:
     """The (file_offset, buf_offset, size) pieces of ``slice_layout``."""
-    return slice_layout(shape, element, begin, ranges).all_pieces()
+    return slice_layout(shape, bits, begin, dims).all_pieces()
 
 
-def _page_density(layout: Layout) -> float:
-    """About the fraction of the pages of an evenly spaced layout's span that
-    its runs touch: a run of ``run`` bytes at an offset unaligned to the
-    page touches (run + page - 1) / page pages on average, once per stride."""
-    return min(1.0, (layout.run + _PAGE - 1) / layout.stride)
+def _dense_levels(layout: Layout) -> int:
+    """The outermost level from which the layout's levels are read as one
+    span each (module docstring): a level is dense when its units, ``span``
+    bytes every ``stride``, touch about half of the pages between them or
+    more (a unit at an unaligned offset touches (span + page - 1) / page
+    pages on average).  len(counts) when even the innermost is sparse."""
+    level = len(layout.counts)
+    while level > 0:
+        stride = layout.strides[level - 1]
+        if (layout.span(level) + _PAGE - 1) / stride < _DENSE:
+            break
+        level -= 1
+    return level
 
 
 class _Target:
@@ -199,24 +307,50 @@ class _Target:
     def pinned_bytes(self, nbytes: int) -> Any:
         return self.torch.empty(nbytes, dtype=self.torch.uint8, pin_memory=True)
 
-    def copy_strided(self, dst: Any, span: Any, count: int, run: int, stride: int) -> None:
-        """dst[k * run:(k + 1) * run] = span[k * stride:k * stride + run] for each k < count."""
+    def fill(self, raw: Any, source: Any) -> None:
+        """raw (bytes in host memory) = source (a buffer of as many bytes)."""
+        import numpy
+
+        host = raw.numpy() if self.framework == "torch" else raw
+        host[:] = numpy.frombuffer(source, dtype=numpy.uint8)
+
+    def copy_strided(self, dst: Any, src: Any, shape: Sequence[int],
+                     strides: Sequence[int]) -> None:
+        """dst (contiguous bytes, row-major over ``shape``) = the bytes of
+        ``src`` at ``strides`` (in bytes) over ``shape``."""
         if self.framework == "torch":
-            dst.view(count, run).copy_(span.as_strided((count, run), (stride, 1)))
+            dst.view(tuple(shape)).copy_(src.as_strided(tuple(shape), tuple(strides)))
             return
         from numpy.lib.stride_tricks import as_strided
 
-        dst.reshape(count, run)[...] = as_strided(span, (count, run), (stride, 1), writeable=False)
+        dst.reshape(tuple(shape))[...] = as_strided(src, tuple(shape), tuple(strides),
+                                                    writeable=False)
 
-    def check_dtype(self, dtype: str, name: str) -> None:
-        if self.framework == "numpy":
-            numpy_dtype(dtype, name)  # TypeError for BF16 and F8, as safetensors' numpy
-        elif not hasattr(self.torch, TORCH_DTYPES[dtype]):
-            raise TypeError(f"tensor {name!r} is {dtype}, which this torch lacks")
+    def flip(self, raw: Any, shape: Sequence[int], element: int, axes: Sequence[int]) -> Any:
+        """The bytes of a row-major ``shape`` of ``element``-byte elements with
+        ``axes`` reversed, contiguous (done on bytes: torch flips no float8)."""
+        if self.framework == "torch":
+            return raw.view(*shape, element).flip(list(axes)).reshape(-1)
+        import numpy
+
+        return numpy.flip(raw.reshape(*shape, element), tuple(axes)).reshape(-1)
+
+    def check_dtype(self, dtype: str, shape: Sequence[int], name: str) -> None:
+        """SafetensorError (and TypeError) where the framework has no such
+        dtype (numpy: BF16, the F8s, F4, F6; torch: F6), ValueError for an
+        F4 shape torch cannot hold, before anything is read."""
+        try:
+            if self.framework == "numpy":
+                numpy_dtype(dtype, name)
+            else:
+                torch_dtype(dtype, name)
+                torch_shape(dtype, shape, name)
+        except (TypeError, ValueError) as error:
+            raise _error(type(error), str(error)) from None
 
     def view(self, raw: Any, dtype: str, shape: Sequence[int], name: str) -> Any:
         if self.framework == "torch":
-            return raw.view(getattr(self.torch, TORCH_DTYPES[dtype])).reshape(tuple(shape))
+            return raw.view(torch_dtype(dtype, name)).reshape(torch_shape(dtype, shape, name))
         return raw.view(numpy_dtype(dtype, name)).reshape(tuple(shape))
 
 
@@ -237,8 +371,9 @@ def _device_text(device: Any) -> str:
 
 class TensorSlice:
     """One tensor of a safe_open file, to be sliced: ``get_shape()``,
-    ``get_dtype()``, and ``[index]`` (integers, slices of step 1,
-    Ellipsis), which reads only the bytes the index selects."""
+    ``get_dtype()``, and ``[index]`` (numpy's basic indexing: integers,
+    slices of any step, Ellipsis, None), which reads only the bytes the
+    index selects and gives what numpy's ``array[index]`` gives."""
 
     def __init__(self, owner: "safe_open", name: str):
         self._owner = owner
@@ -254,9 +389,14 @@ class TensorSlice:
         return self._dtype
 
     def __getitem__(self, key: Any) -> Any:
-        ranges, out_shape = _normalize(key, self._shape, self._name)
-        layout = slice_layout(self._shape, _ELEMENT_BYTES[self._dtype], self._begin, ranges)
-        return self._owner._read(self._name, self._dtype, out_shape, layout)
+        index = _normalize(key, self._shape, self._name)
+        bits = _DTYPE_BITS[self._dtype]
+        if index.flips and bits % 8:
+            raise _error(ValueError, f"tensor {self._name!r}: a negative step reverses elements "
+                                     f"that share bytes ({self._dtype})")
+        layout = slice_layout(self._shape, bits, self._begin, index.dims, self._name)
+        return self._owner._read(self._name, self._dtype, index.read_shape, layout,
+                                 index.flips, index.shape)
 
     def __repr__(self) -> str:
         return f"<phoenix_gds TensorSlice {self._name!r} {self._dtype} {list(self._shape)}>"
@@ -279,7 +419,8 @@ class safe_open:  # noqa: N801  (safetensors' name)
         from . import File
 
         self._target = _Target(framework, device)
-        self._header = _phoenix.read_header(os.fspath(filename))
+        with _safetensor_errors():
+            self._header = _phoenix.read_header(os.fspath(filename))
         self._tensors: Dict[str, tuple] = self._header["tensors"]
         # This reader picks the descriptor itself (below), so the O_DIRECT one
         # stays O_DIRECT rather than asking the page cache a second time.
@@ -317,8 +458,7 @@ class safe_open:  # noqa: N801  (safetensors' name)
     def get_tensor(self, name: str) -> Any:
         """The whole tensor, on the device."""
         dtype, shape, begin, end = self._entry(name)
-        return self._read(name, dtype, list(shape), Layout(begin, end - begin, int(end > begin),
-                                                           end - begin))
+        return self._read(name, dtype, list(shape), Layout(begin, end - begin))
 
     def get_slice(self, name: str) -> TensorSlice:
         """The tensor, to be sliced: ``f.get_slice("w")[:, 0:512]`` reads only those columns."""
@@ -327,38 +467,56 @@ class safe_open:  # noqa: N801  (safetensors' name)
     def _entry(self, name: str) -> tuple:
         entry = self._tensors.get(name)
         if entry is None:
-            raise KeyError(f"{self._header['path']}: no tensor {name!r}")
+            raise _error(KeyError, f"{self._header['path']}: no tensor {name!r}")
         return entry
 
-    def _read(self, name: str, dtype: str, shape: List[int], layout: Layout) -> Any:
-        self._target.check_dtype(dtype, name)
-        nbytes = _prod(shape) * _ELEMENT_BYTES[dtype]
+    def _read(self, name: str, dtype: str, read_shape: List[int], layout: Layout,
+              flips: Sequence[int] = (), shape: Optional[List[int]] = None) -> Any:
+        """The elements of ``layout`` (``read_shape`` of them, in file order),
+        with ``flips`` axes reversed, as a tensor of ``shape`` (default
+        ``read_shape``) on the target."""
+        shape = read_shape if shape is None else shape
+        self._target.check_dtype(dtype, shape, name)
+        nbytes = _nbytes(dtype, _prod(read_shape))
         raw = self._target.empty_bytes(nbytes)
-        if layout.count == 0:
+        if nbytes == 0:
             return self._target.view(raw, dtype, shape, name)
         # Memory fresh from a framework's caching allocator may still be in
         # use by work queued on its stream; the engine writes on its own.
         self._target.synchronize()
-        if layout.count == 1:
+        dense = _dense_levels(layout)
+        if not layout.counts:
             read = self._file_for(layout.first, layout.run, layout.run).pread(
                 raw, layout.run, layout.first)
-        elif layout.pieces is None and _page_density(layout) >= _DENSE:
-            read = self._read_span(raw, layout)
-        else:
+        elif dense == len(layout.counts):
             read = self._read_pieces(raw, layout.all_pieces())
+        else:
+            read = self._read_spans(raw, layout, dense)
         if read != nbytes:
-            raise OSError(errno.EIO, f"{self._header['path']}: tensor {name!r}: read {read} "
-                                     f"of {nbytes} bytes")
+            raise _error(OSError, errno.EIO, f"{self._header['path']}: tensor {name!r}: read "
+                                             f"{read} of {nbytes} bytes")
+        if flips:
+            raw = self._target.flip(raw, read_shape, _DTYPE_BITS[dtype] // 8, flips)
         return self._target.view(raw, dtype, shape, name)
 
-    def _read_span(self, raw: Any, layout: Layout) -> int:
-        length = (layout.count - 1) * layout.stride + layout.run
-        span = self._target.empty_bytes(length)
-        read = self._file_for(layout.first, length, length).pread(span, length, layout.first)
-        if read != length:
+    def _read_spans(self, raw: Any, layout: Layout, dense: int) -> int:
+        """Reads the span of the levels from ``dense`` inwards once for each
+        combination of the outer levels (one span when ``dense`` is 0) into
+        staging on the target, and copies the runs out there."""
+        span = layout.span(dense)
+        offsets = layout.offsets(dense)
+        staging = self._target.empty_bytes(span * len(offsets))
+        if len(offsets) == 1:
+            read = self._file_for(offsets[0], span, span).pread(staging, span, offsets[0])
+        else:
+            read = self._read_pieces(staging, [(o, k * span, span) for k, o in enumerate(offsets)])
+        if read != span * len(offsets):
             return read
-        self._target.copy_strided(raw, span, layout.count, layout.run, layout.stride)
-        # The copy runs on the framework's stream: done before span's
+        outer = layout.counts[:dense]
+        outer_strides = [span * _prod(outer[k + 1:]) for k in range(dense)]
+        self._target.copy_strided(raw, staging, (*layout.counts, layout.run),
+                                  (*outer_strides, *layout.strides[dense:], 1))
+        # The copy runs on the framework's stream: done before the staging
         # memory can go back to its allocator and be written by the engine.
         self._target.synchronize()
         return layout.count * layout.run
@@ -388,4 +546,4 @@ class safe_open:  # noqa: N801  (safetensors' name)
         return f"<phoenix_gds.safe_open {self._header['path']!r}>"
 
 
-__all__ = ["Layout", "safe_open", "slice_layout", "slice_pieces", "TensorSlice"]
+__all__ = ["Layout", "SafetensorError", "safe_open", "slice_layout", "slice_pieces", "TensorSlice"]

@@ -9,9 +9,16 @@ namespace {
 
 // Type codes newer than Debian's dlpack 0.6 header, from DLPack 1.x's
 // DLDataTypeCode (the ABI keeps them stable).
+constexpr std::uint8_t kCodeComplex = 5;
 constexpr std::uint8_t kCodeBool = 6;
 constexpr std::uint8_t kCodeFloat8E4M3Fn = 10;
+constexpr std::uint8_t kCodeFloat8E4M3Fnuz = 11;
 constexpr std::uint8_t kCodeFloat8E5M2 = 12;
+constexpr std::uint8_t kCodeFloat8E5M2Fnuz = 13;
+constexpr std::uint8_t kCodeFloat8E8M0Fnu = 14;
+constexpr std::uint8_t kCodeFloat6E2M3Fn = 15;
+constexpr std::uint8_t kCodeFloat6E3M2Fn = 16;
+constexpr std::uint8_t kCodeFloat4E2M1Fn = 17;
 
 constexpr const char *kCapsuleName = "dltensor";
 constexpr const char *kUsedCapsuleName = "used_dltensor";
@@ -49,7 +56,7 @@ DLDataType make_type(std::uint8_t code, std::uint8_t bits) noexcept {
 
 DLDataType dlpack_type(safetensors::Dtype dtype) noexcept {
   using safetensors::Dtype;
-  const auto bits = static_cast<std::uint8_t>(safetensors::element_size(dtype) * 8);
+  const auto bits = static_cast<std::uint8_t>(safetensors::bit_size(dtype));
   switch (dtype) {
     case Dtype::boolean:
       return make_type(kCodeBool, 8);
@@ -57,6 +64,20 @@ DLDataType dlpack_type(safetensors::Dtype dtype) noexcept {
       return make_type(kCodeFloat8E4M3Fn, 8);
     case Dtype::f8_e5m2:
       return make_type(kCodeFloat8E5M2, 8);
+    case Dtype::f8_e4m3fnuz:
+      return make_type(kCodeFloat8E4M3Fnuz, 8);
+    case Dtype::f8_e5m2fnuz:
+      return make_type(kCodeFloat8E5M2Fnuz, 8);
+    case Dtype::f8_e8m0:
+      return make_type(kCodeFloat8E8M0Fnu, 8);
+    case Dtype::f6_e2m3:
+      return make_type(kCodeFloat6E2M3Fn, 6);
+    case Dtype::f6_e3m2:
+      return make_type(kCodeFloat6E3M2Fn, 6);
+    case Dtype::f4:
+      return make_type(kCodeFloat4E2M1Fn, 4);
+    case Dtype::c64:
+      return make_type(kCodeComplex, 64);
     case Dtype::bf16:
       return make_type(kDLBfloat, 16);
     case Dtype::f16:

@@ -343,6 +343,29 @@ PYBIND11_MODULE(_phoenix, m) {
       R"(A .safetensors file's header, validated: {"path", "file_size", "data_offset",
 "metadata", "tensors": {name: (dtype, shape, file begin, file end)}}.)");
   m.def(
+      "parse_header",
+      [](const py::buffer &data, const std::string &name) {
+        const py::buffer_info info = data.request();
+        if (info.ndim != 1 || info.itemsize != 1 || info.strides.at(0) != 1) {
+          throw phx::python::ArgumentError("parse_header takes contiguous bytes");
+        }
+        const std::span<const std::byte> bytes(static_cast<const std::byte *>(info.ptr),
+                                               static_cast<std::size_t>(info.size));
+        return phx::python::header_dict(st::parse_file(bytes, name));
+      },
+      py::arg("data"), py::arg("name") = "<bytes>",
+      R"(read_header of a whole file held in memory (bytes), named name in errors.)");
+  m.def(
+      "dtypes",
+      [] {
+        py::list out;
+        for (const st::Dtype d : st::all_dtypes()) {
+          out.append(py::make_tuple(std::string(st::to_string(d)), st::bit_size(d)));
+        }
+        return out;
+      },
+      "[(safetensors dtype, bits per element)], in safetensors' order (ascending alignment).");
+  m.def(
       "checkpoint_files",
       [](const std::filesystem::path &path) {
         const py::gil_scoped_release release;

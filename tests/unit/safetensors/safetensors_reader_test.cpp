@@ -5,8 +5,11 @@
 
 #include <cerrno>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <system_error>
+#include <tuple>
+#include <vector>
 
 #include "phoenix/safetensors.hpp"
 #include "safetensors_test_files.hpp"
@@ -87,6 +90,80 @@ TEST(SafetensorsReader, ReadsEveryDtypeShapeOffsetAndMetadata) {
     EXPECT_LE(h.tensors[i - 1].begin, h.tensors[i].begin) << "tensors sorted by offset";
   }
   EXPECT_EQ(h.find("absent"), nullptr);
+}
+
+// safetensors 0.8's dtypes beyond the byte-sized ones: F4 and F6 are
+// packed (their bytes are shape x bits / 8, which must be whole), C64 is
+// two F32s, the F8 variants one byte each.
+TEST(SafetensorsReader, ReadsPackedAndNewerDtypes) {
+  const phx::test::TempDir dir;
+  const std::vector<std::tuple<std::string, std::string, std::uint64_t>> accepted = {
+      {"F4", "[2,4]", 4},        {"F4", "[6]", 3},        {"F6_E2M3", "[4]", 3},
+      {"F6_E3M2", "[2,4]", 6},   {"F8_E8M0", "[2,2]", 4}, {"F8_E4M3FNUZ", "[3]", 3},
+      {"F8_E5M2FNUZ", "[3]", 3}, {"C64", "[2]", 16},      {"F4", "[0,3]", 0}};
+  for (const auto &[dtype, shape, bytes] : accepted) {
+    const auto path = dir / (dtype + shape + ".safetensors");
+    write_with_header(path, "{" + tensor_entry("t", dtype, shape, 0, bytes) + "}", bytes);
+    const st::FileHeader h = st::read_header(path);
+    ASSERT_EQ(h.tensors.size(), 1U) << dtype;
+    EXPECT_EQ(st::to_string(h.tensors[0].dtype), dtype);
+    EXPECT_EQ(h.tensors[0].size(), bytes) << dtype << shape;
+  }
+  // Elements that end inside a byte: refused, as safetensors refuses them.
+  const auto odd = dir / "odd.safetensors";
+  write_with_header(odd, "{" + tensor_entry("t", "F4", "[3]", 0, 2) + "}", 2);
+  expect_rejected(odd, EINVAL, {"\"t\"", "F4", "12 bits", "whole number of bytes"});
+  const auto six = dir / "six.safetensors";
+  write_with_header(six, "{" + tensor_entry("t", "F6_E2M3", "[2]", 0, 2) + "}", 2);
+  expect_rejected(six, EINVAL, {"F6_E2M3", "12 bits"});
+  const auto wrong = dir / "wrong.safetensors";
+  write_with_header(wrong, "{" + tensor_entry("t", "C64", "[2]", 0, 8) + "}", 8);
+  expect_rejected(wrong, EINVAL, {"C64", "16 bytes", "span 8"});
+  EXPECT_EQ(st::bit_size(st::Dtype::f4), 4U);
+  EXPECT_EQ(st::bit_size(st::Dtype::f6_e3m2), 6U);
+  EXPECT_EQ(st::bit_size(st::Dtype::c64), 64U);
+  EXPECT_EQ(st::element_size(st::Dtype::c64), 8U);
+  EXPECT_EQ(st::element_size(st::Dtype::f4), 0U);  // not a whole byte
+}
+
+// safetensors' writer orders tensors by its dtype list, largest alignment
+// first: all_dtypes() is that list, ascending.
+TEST(SafetensorsReader, AllDtypesInSafetensorsOrder) {
+  std::vector<std::string> names;
+  for (const st::Dtype d : st::all_dtypes()) {
+    names.emplace_back(st::to_string(d));
+    EXPECT_EQ(st::parse_dtype(names.back()), d);
+  }
+  const std::vector<std::string> expected = {
+      "BOOL",    "F4",          "F6_E2M3",     "F6_E3M2", "U8",  "I8",  "F8_E5M2", "F8_E4M3",
+      "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "I16",     "U16", "F16", "BF16",    "I32",
+      "U32",     "F32",         "C64",         "F64",     "I64", "U64"};
+  EXPECT_EQ(names, expected);
+}
+
+// A file held in memory (safetensors' load(bytes)) gets read_header's checks.
+TEST(SafetensorsReader, ParsesAWholeFileInMemory) {
+  const std::string json = "{" + tensor_entry("w", "F32", "[2]", 0, 8) + "}";
+  std::vector<std::byte> data(8 + json.size() + 8);
+  for (std::size_t i = 0; i < 8; ++i) {
+    data.at(i) = static_cast<std::byte>((json.size() >> (8 * i)) & 0xff);
+  }
+  for (std::size_t i = 0; i < json.size(); ++i) {
+    data.at(8 + i) = static_cast<std::byte>(json[i]);
+  }
+  const st::FileHeader h = st::parse_file(data, "<bytes>");
+  ASSERT_EQ(h.tensors.size(), 1U);
+  EXPECT_EQ(h.data_offset(), 8 + json.size());
+  EXPECT_EQ(h.tensors[0].size(), 8U);
+  for (const std::size_t cut : {std::size_t{5}, data.size() - 1}) {
+    try {
+      (void)st::parse_file(std::span(data).first(cut), "<bytes>");
+      ADD_FAILURE() << cut << " bytes accepted";
+    } catch (const std::system_error &e) {
+      EXPECT_EQ(e.code().value(), cut < 8 ? EINVAL : EOVERFLOW) << e.what();
+      EXPECT_NE(std::string(e.what()).find("<bytes>"), std::string::npos);
+    }
+  }
 }
 
 TEST(SafetensorsReader, DtypeNamesSizesAndUnknownNames) {
