@@ -41,7 +41,8 @@ from ._phoenix import Loader as _Loader
 from ._phoenix import Registration as _Registration
 
 __all__ = [
-    "ArgumentError", "CuFile", "Device", "File", "IOFuture", "Loader", "Options", "Registration",
+    "ArgumentError", "CompatMode", "CuFile", "Device", "File", "IOFuture", "Loader",
+    "Options", "Registration", "defaults",
     "Tensor", "engine_for", "load_safetensors", "release_idle_engines", "safe_open",
     "__version__",
 ]
@@ -289,5 +290,7 @@ def load_safetensors(
     return Loader(device, **options).load(paths, framework=framework, progress=progress)
 
 
+from . import defaults  # noqa: E402
 from ._kvikio import CuFile  # noqa: E402  (uses File)
+from .defaults import CompatMode  # noqa: E402
 from ._safetensors import safe_open  # noqa: E402

@@ -9,6 +9,7 @@ import fcntl
 import os
 from typing import Any, Optional, Union
 
+from . import defaults
 from ._futures import IOFuture
 from ._phoenix import ArgumentError
 
@@ -44,7 +45,8 @@ class CuFile:
         if mode is None:
             raise ArgumentError(errno.EINVAL, f"flags {flags!r}: expected r, w or a, "
                                               "each with an optional +")
-        self._file = File(file, mode)
+        # CUDA memory goes through the engine of the compat mode at opening.
+        self._file = File(file, mode, engine=defaults._ENGINE_OF_MODE[defaults.compat_mode()])
 
     @property
     def closed(self) -> bool:
