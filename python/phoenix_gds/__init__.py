@@ -41,7 +41,7 @@ from ._phoenix import Loader as _Loader
 from ._phoenix import Registration as _Registration
 
 __all__ = [
-    "ArgumentError", "CompatMode", "CuFile", "Device", "File", "IOFuture", "Loader",
+    "ArgumentError", "CompatMode", "CuFile", "CuFileError", "Device", "File", "IOFuture", "Loader",
     "Options", "Registration", "defaults",
     "Tensor", "engine_for", "load_safetensors", "release_idle_engines", "safe_open",
     "__version__",
@@ -291,6 +291,6 @@ def load_safetensors(
 
 
 from . import defaults  # noqa: E402
-from ._kvikio import CuFile  # noqa: E402  (uses File)
+from ._kvikio import CuFile, CuFileError  # noqa: E402  (uses File)
 from .defaults import CompatMode  # noqa: E402
 from ._safetensors import safe_open  # noqa: E402

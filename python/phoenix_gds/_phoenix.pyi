@@ -204,6 +204,9 @@ class File:
     def __enter__(self) -> Self: ...
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool: ...
 
+def _buffer_nbytes(buf: Any, writable: bool = False) -> int:
+    """The bytes of memory buf describes."""
+
 def engine_for(device: _DeviceName = "cuda:0") -> str:
     """The engine auto picks for a device."""
 

@@ -176,8 +176,8 @@ def child_kvikio(scratch):
             try:
                 f.read(gpu)
                 raise AssertionError("compat mode OFF read through the compat engine")
-            except OSError as error:
-                assert "phxfs" in str(error), error
+            except RuntimeError as error:
+                assert isinstance(error, OSError) and "phxfs" in str(error), error
         assert registered() == before
     # The mode of the file's opening stays the file's.
     with phx.defaults.set("compat_mode", phx.CompatMode.ON):
