@@ -181,8 +181,15 @@ struct PHX_EXPORT Options {
 
   /// The built-in defaults with the environment applied (read now).
   [[nodiscard]] static Options from_environment();
-  /// from_environment() as read the first time any caller asked.
+  /// from_environment() as read the first time any caller asked, or what
+  /// set_defaults() last published.
   [[nodiscard]] static Options defaults();
+  /// Makes @p options the process defaults (validated first: throws
+  /// std::system_error(EINVAL) naming a field out of range): what devices and
+  /// engines set up from now on take (Device::open(id), the Python package's
+  /// files).  Devices already open keep theirs.  An engine other than
+  /// automatic is chosen for every device that asks for the default one.
+  static void set_defaults(const Options &options);
   /// Throws std::system_error(EINVAL) naming the first field out of range.
   void validate() const;
 

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "core/config.hpp"
 #include "core/error.hpp"
@@ -156,6 +157,15 @@ Options Options::from_environment() {
 
 Options Options::defaults() {
   return detail::process_defaults()->options;
+}
+
+void Options::set_defaults(const Options &options) {
+  options.validate();
+  detail::ProcessDefaults d{options, {}};
+  if (options.engine != Engine::automatic) {
+    d.engine_origin = "engine=" + std::string(to_string(options.engine)) + " set as the default";
+  }
+  detail::published().store(std::make_shared<const detail::ProcessDefaults>(std::move(d)));
 }
 
 void Options::validate() const {

@@ -41,9 +41,9 @@ from ._phoenix import Loader as _Loader
 from ._phoenix import Registration as _Registration
 
 __all__ = [
-    "ArgumentError", "CuFile", "Device", "File", "IOFuture", "Loader", "Options", "Registration",
-    "Tensor", "engine_for", "load_safetensors", "release_idle_engines", "safe_open",
-    "SafetensorError", "__version__",
+    "ArgumentError", "CompatMode", "CuFile", "CuFileError", "Device", "File", "IOFuture", "Loader",
+    "Options", "Registration", "SafetensorError", "Tensor", "defaults", "engine_for",
+    "load_safetensors", "release_idle_engines", "safe_open", "__version__",
 ]
 
 PathLike = Union[str, os.PathLike]
@@ -293,5 +293,7 @@ def load_safetensors(
     return Loader(device, **options).load(paths, framework=framework, progress=progress)
 
 
-from ._kvikio import CuFile  # noqa: E402  (uses File)
+from . import defaults  # noqa: E402
+from ._kvikio import CuFile, CuFileError  # noqa: E402  (uses File)
+from .defaults import CompatMode  # noqa: E402
 from ._safetensors import SafetensorError, safe_open  # noqa: E402

@@ -110,10 +110,13 @@ class Options:
     def __init__(self, **fields: Any) -> None: ...
     @staticmethod
     def defaults() -> Options:
-        """The process defaults (the environment as first read)."""
+        """The process defaults (the environment as first read, or as set_defaults set them)."""
     @staticmethod
     def from_environment() -> Options:
         """The built-in defaults with the environment applied, read now."""
+    @staticmethod
+    def set_defaults(options: Options) -> None:
+        """Makes options the process defaults, for the engines set up from now on."""
     def validate(self) -> None:
         """Raises ArgumentError (ValueError, OSError EINVAL) naming the first field out of range."""
     def __eq__(self, other: object) -> bool: ...
@@ -200,6 +203,9 @@ class File:
         """True unless mode is "r"."""
     def __enter__(self) -> Self: ...
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool: ...
+
+def _buffer_nbytes(buf: Any, writable: bool = False) -> int:
+    """The bytes of memory buf describes."""
 
 def engine_for(device: _DeviceName = "cuda:0") -> str:
     """The engine auto picks for a device."""

@@ -726,6 +726,11 @@ void add_context_manager(py::class_<T> &cls) {
 }  // namespace
 
 void bind_io(py::module_ &m) {
+  m.def(
+      "_buffer_nbytes",
+      [](const py::object &buf, bool writable) { return Buffer(buf, writable).nbytes(); },
+      py::arg("buf"), py::arg("writable") = false,
+      "The bytes of memory buf describes (a face cutting a request into tasks needs it).");
   py::class_<PyRegistration> reg(m, "Registration", R"(A buffer registered on a Device once,
 for many reads and writes.
 

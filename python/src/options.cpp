@@ -37,7 +37,7 @@ phx::Options make(const py::kwargs &fields) {
   for (const auto &[key, value] : fields) {
     const auto name = py::cast<std::string>(key);
     if (!py::hasattr(self, name.c_str()) || name.starts_with("_") || name == "validate" ||
-        name == "defaults" || name == "from_environment") {
+        name == "defaults" || name == "from_environment" || name == "set_defaults") {
       throw py::type_error("Options: unknown field \"" + name + "\"");
     }
     py::setattr(self, name.c_str(), value);
@@ -111,10 +111,20 @@ the field.  Fields and their variables: docs/configuration.md.)");
           },
           R"(PHX_READ_CACHE: how the C API reads through an O_DIRECT descriptor, "auto"
 (a range the page cache holds through the page cache) or "descriptor".)")
-      .def_static("defaults", &phx::Options::defaults,
-                  "The process defaults (the environment as first read).")
+      .def_static(
+          "defaults", &phx::Options::defaults,
+          "The process defaults (the environment as first read, or as set_defaults set them).")
       .def_static("from_environment", &phx::Options::from_environment,
                   "The built-in defaults with the environment applied, read now.")
+      .def_static(
+          "set_defaults",
+          [](const phx::Options &o) {
+            validate(o);
+            phx::Options::set_defaults(o);
+          },
+          py::arg("options"),
+          R"(Makes options the process defaults, for the engines set up from now on
+(engines already set up keep theirs); ArgumentError names a field out of range.)")
       .def("validate", &validate,
            "Raises ArgumentError (ValueError, OSError EINVAL) naming the first field out of range.")
       .def(py::self == py::self)  // NOLINT(misc-redundant-expression)

@@ -7,6 +7,11 @@
 # Then, from a folder outside the sources, the installed package loads a
 # checkpoint and every tensor must equal the bytes written.  The sources are
 # copied first: setuptools builds in the source tree it is given.
+#
+# Nothing is fetched: a machine that lacks a build dependency (a GPU machine
+# without network or dev packages) skips, exit 77, naming what is missing.
+# Packages that scripts/offline-bundle unpacked into SOURCE_DIR/.deps/root
+# count where the system has none, as in scripts/gpu-check.
 set -euo pipefail
 
 if (($# < 2 || $# > 3)); then
@@ -23,6 +28,47 @@ scratch=$(cd "$scratch" && pwd)
 # The tree without build outputs, git data or the rig's downloads.
 tar -C "$source_dir" --exclude=./build --exclude='./build-*' --exclude=./.git \
   --exclude=./out --exclude=./.deps --exclude=./.cache -cf - . | tar -C "$scratch/src" -xf -
+
+if [[ -d $source_dir/.deps/root ]] &&
+  ! env -u PKG_CONFIG_PATH -u PKG_CONFIG_SYSROOT_DIR pkg-config --exists liburing 2>/dev/null; then
+  deps=$source_dir/.deps/root
+  export PKG_CONFIG_PATH=$deps/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROOT_DIR=$deps
+  export CMAKE_PREFIX_PATH=$deps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
+  export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+
+# What the offline build needs, each looked for where the build looks.
+missing=()
+"$python" -c 'import setuptools, sys; sys.exit(int(setuptools.__version__.split(".")[0]) < 61)' \
+  2>/dev/null || missing+=("setuptools>=61 for $python")
+"$python" -c 'import wheel' 2>/dev/null || missing+=("wheel for $python")
+"$python" -c 'import numpy' 2>/dev/null || missing+=("numpy for $python")
+command -v cmake >/dev/null || missing+=("cmake")
+command -v c++ >/dev/null || missing+=("a C++ compiler (c++)")
+pkg-config --exists 'liburing >= 2.0' 2>/dev/null || missing+=("liburing >= 2.0 (pkg-config; Debian liburing-dev)")
+prefixes=(/usr /usr/local)
+IFS=: read -r -a extra <<<"${CMAKE_PREFIX_PATH:-}"
+prefixes+=("${extra[@]}")
+found() {  # found RELATIVE-PATH...: whether one lies under any prefix
+  local prefix rel
+  for prefix in "${prefixes[@]}"; do
+    for rel in "$@"; do
+      [[ -n $prefix && -e $prefix/$rel ]] && return 0
+    done
+  done
+  return 1
+}
+pkg-config --exists nlohmann_json 2>/dev/null || found include/nlohmann/json.hpp ||
+  missing+=("nlohmann-json (Debian nlohmann-json3-dev)")
+found include/dlpack/dlpack.h || missing+=("dlpack/dlpack.h (Debian libdlpack-dev)")
+"$python" -m pybind11 --cmakedir >/dev/null 2>&1 ||
+  found share/cmake/pybind11/pybind11Config.cmake lib/cmake/pybind11/pybind11Config.cmake ||
+  missing+=("pybind11 (pip's for $python, or Debian pybind11-dev)")
+if ((${#missing[@]} > 0)); then
+  printf 'SKIP: pip install ./python offline needs, and this machine lacks:\n' >&2
+  printf '  %s\n' "${missing[@]}" >&2
+  exit 77
+fi
 
 "$python" -m venv --system-site-packages "$scratch/venv"
 # Where PYTHON is itself a virtual environment (the H200's torch), the new

@@ -15,23 +15,30 @@ import pytest
 FAKE = os.environ.get("PHX_FAKE_CUDA_LIBRARY", "")
 
 
-def test_cuda_array_interface_on_the_fake_driver(tmp_path):
+def run_child(tmp_path, part):
+    """Runs child part ``part`` in a process of its own on the fake driver."""
     if not FAKE or not pathlib.Path(FAKE).is_file():
         pytest.skip("no fake CUDA driver (PHX_FAKE_CUDA_LIBRARY: ctest sets it)")
     env = dict(os.environ, PHX_CUDA_DRIVER=FAKE, PHX_FAKE_CUDA_DEVICES="2", PHX_ENGINE="auto")
-    run = subprocess.run([sys.executable, __file__, str(tmp_path)], env=env, capture_output=True,
-                         text=True, timeout=300)
+    run = subprocess.run([sys.executable, __file__, str(tmp_path), part], env=env,
+                         capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "fake cuda: ok" in run.stdout
+    assert f"fake cuda {part}: ok" in run.stdout
 
 
-def child(scratch):
+def test_cuda_array_interface_on_the_fake_driver(tmp_path):
+    run_child(tmp_path, "file")
+
+
+def test_compat_mode_picks_the_engine_of_a_new_cufile(tmp_path):
+    run_child(tmp_path, "kvikio")
+
+
+def fake_gpu():
+    """The fake driver, initialised, and a class of its device buffers."""
     import ctypes
 
     import numpy
-
-    import phoenix_gds as phx
-    from conftest import read_parts_in_threads
 
     lib = ctypes.CDLL(os.environ["PHX_CUDA_DRIVER"])
 
@@ -63,6 +70,16 @@ def child(scratch):
                "cuMemcpyDtoH")
             return out
 
+    return FakeCudaArray
+
+
+def child_file(scratch):
+    import numpy
+
+    import phoenix_gds as phx
+    from conftest import read_parts_in_threads
+
+    FakeCudaArray = fake_gpu()
     size = (4 << 20) + 4099
     data = numpy.random.default_rng(51).integers(0, 256, size, dtype=numpy.uint8)
     path = pathlib.Path(scratch) / "blob.bin"
@@ -125,8 +142,50 @@ def child(scratch):
         assert f.pread(again, size, 0, 0) == size  # a new engine
     assert again.host().tobytes() == data.tobytes()
     assert phx.release_idle_engines() == 1
-    print("fake cuda: ok")
+
+
+def child_kvikio(scratch):
+    """kvikio's compat mode is the engine a CuFile opened afterwards moves
+    CUDA memory with: ON compat, OFF direct (which this machine lacks: the
+    read fails, as kvikio's does without cuFile), AUTO what detection finds."""
+    import numpy
+
+    import phoenix_gds as phx
+
+    FakeCudaArray = fake_gpu()
+    size = (1 << 20) + 11
+    data = numpy.random.default_rng(52).integers(0, 256, size, dtype=numpy.uint8)
+    path = pathlib.Path(scratch) / "kv.bin"
+    data.tofile(path)
+    gpu = FakeCudaArray(size)
+
+    def registered():
+        with phx.Device("cuda:0", "compat") as dev:
+            return dev.stats["registered"]
+
+    for mode in (phx.CompatMode.ON, phx.CompatMode.AUTO):
+        with phx.defaults.set("compat_mode", mode):
+            before = registered()
+            with phx.CuFile(path) as f:
+                assert f.read(gpu, task_size=256 << 10) == size
+            assert gpu.host().tobytes() == data.tobytes()
+            assert registered() > before, mode  # the compat engine moved it
+    with phx.defaults.set("compat_mode", phx.CompatMode.OFF):
+        before = registered()
+        with phx.CuFile(path) as f:
+            try:
+                f.read(gpu)
+                raise AssertionError("compat mode OFF read through the compat engine")
+            except RuntimeError as error:
+                assert isinstance(error, OSError) and "phxfs" in str(error), error
+        assert registered() == before
+    # The mode of the file's opening stays the file's.
+    with phx.defaults.set("compat_mode", phx.CompatMode.ON):
+        f = phx.CuFile(path)
+    with f, phx.defaults.set("compat_mode", phx.CompatMode.OFF):
+        assert f.raw_read(gpu) == size
 
 
 if __name__ == "__main__":
-    child(sys.argv[1])
+    {"file": child_file, "kvikio": child_kvikio}[sys.argv[2]](sys.argv[1])
+    print(f"fake cuda {sys.argv[2]}: ok")

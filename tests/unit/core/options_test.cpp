@@ -191,5 +191,30 @@ TEST_F(OptionsTest, EnvironmentEngineIsTheReason) {
   EXPECT_EQ(choose_engine(0).reason, "PHX_ENGINE=host");
 }
 
+// set_defaults() replaces what the environment gave, for what opens next;
+// a value out of range changes nothing.
+TEST_F(OptionsTest, SetDefaultsIsWhatOpensNext) {
+  ::setenv("PHX_COPY_THREADS", "3", 1);
+  EXPECT_EQ(Options::defaults().copy_threads, 3U);
+  Options o = Options::defaults();
+  o.copy_threads = 5;
+  o.engine = Engine::host;
+  Options::set_defaults(o);
+  EXPECT_EQ(Options::defaults(), o);
+  const Device dev = Device::open(0);
+  EXPECT_EQ(dev.engine(), Engine::host);
+  EXPECT_EQ(dev.options().copy_threads, 5U);
+  EXPECT_NE(dev.engine_reason().find("set as the default"), std::string::npos)
+      << dev.engine_reason();
+  Options bad = o;
+  bad.copy_threads = 0;
+  EXPECT_NE(einval_text([&] { Options::set_defaults(bad); }).find("copy_threads"),
+            std::string::npos);
+  EXPECT_EQ(Options::defaults(), o);
+  // Back to the environment as read now.
+  detail::refresh_default_options();
+  EXPECT_EQ(Options::defaults().copy_threads, 3U);
+}
+
 }  // namespace
 }  // namespace phx
