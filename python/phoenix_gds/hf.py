@@ -10,12 +10,13 @@
 
 transformers builds the model on the meta device exactly as its own
 ``from_pretrained`` does (configuration, dtype, ``keep_in_fp32`` plan, key
-renames, device map, tied weights, buffers, generation config); the only
-step replaced is reading the checkpoint: :class:`phoenix_gds.Loader` moves
-every tensor straight from the files to the device its parameter lives on,
-and transformers then places the tensors it is handed instead of reading
-them itself.  The result is the model transformers returns, parameter for
-parameter.
+renames, device map, tied weights, buffers, generation config); the step
+replaced is reading the checkpoint: :class:`phoenix_gds.Loader` moves every
+tensor straight from the files to the device its parameter lives on, in a
+thread that starts before the model is built wherever the files and the
+one device are known without it, and each tensor then becomes its
+parameter as transformers places it (by its own helpers), without a copy.
+The result is the model transformers returns, parameter for parameter.
 
 Covered: a local folder (or its ``subfolder``) with ``model.safetensors``
 or a sharded ``model.safetensors.index.json`` (or their ``variant``);
