@@ -400,6 +400,12 @@ class _Reading:
         self._thread = None
         self._state = self._error = None
 
+    def __enter__(self) -> "_Reading":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.abandon()
+
 
 def _placing_plan(model: Any, keys: List[str], load_config: Any, meta: dict,
                   hf: dict) -> Tuple[List[Tuple[str, str, Any, Any]], Any]:
@@ -499,116 +505,100 @@ def from_pretrained(
     if isinstance(device_map, Mapping) and "disk" in set(device_map.values()):
         raise UnsupportedCheckpoint("device_map: disk offload is not covered by phoenix_gds.hf")
 
-    # Where the files and the device are known without the model (one
-    # device), the read starts now and the model is built while the bytes
-    # are in flight; the guesses are checked against transformers' own
-    # answers below, and a read of other files or devices is dropped.
-    reading = _Reading(dict(loader_options or {}))
-    early_files = _early_files(os.path.join(path, subfolder), variant, config)
-    early_device = _early_device(device_map)
-    if early_files is not None and early_device is not None:
-        reading.start(early_files, early_device)
-    phases.done("arguments")
-    try:
-        return _build_and_place(cls, path, subfolder, variant, model_args, config, device_map,
-                                dtype, max_memory, generation_config, output_loading_info,
-                                ignore_mismatched_sizes, kwargs, reading, phases)
-    except BaseException:
-        reading.abandon()
-        raise
+    with _Reading(dict(loader_options or {})) as reading:
+        # Where the files and the device are known without the model (one
+        # device), the read starts now and the model is built while the
+        # bytes are in flight; the guesses are checked against transformers'
+        # own answers below, and a read of other files or devices is dropped.
+        early_files = _early_files(os.path.join(path, subfolder), variant, config)
+        early_device = _early_device(device_map)
+        if early_files is not None and early_device is not None:
+            reading.start(early_files, early_device)
+        phases.done("arguments")
+        hf = _transformers()
+        mu = hf["modeling_utils"]
+        phases.done("import transformers")
+        attn_implementation = kwargs.pop("attn_implementation", None)
+        experts_implementation = kwargs.pop("experts_implementation", None)
 
+        model_class, config, model_kwargs, from_auto = _model_class(cls, path, subfolder, config,
+                                                                    kwargs, hf)
+        if attn_implementation is not None:
+            config._attn_implementation = attn_implementation
+        if experts_implementation is not None:
+            config._experts_implementation = experts_implementation
+        device_map = hf["accelerate"].check_and_set_device_map(device_map)
+        phases.done("config")
 
-def _build_and_place(cls: Any, path: str, subfolder: str, variant: Optional[str],
-                     model_args: tuple, config: Any, device_map: Any, dtype: Any,
-                     max_memory: Optional[Mapping[Any, Any]], generation_config: Any,
-                     output_loading_info: bool, ignore_mismatched_sizes: bool,
-                     kwargs: Dict[str, Any], reading: _Reading, phases: _Phases) -> Any:
-    """from_pretrained once its arguments are checked: transformers' steps,
-    while @reading brings the weights (started here, once the placements
-    are known, unless it already reads the right files)."""
-    hf = _transformers()
-    mu = hf["modeling_utils"]
-    phases.done("import transformers")
-    attn_implementation = kwargs.pop("attn_implementation", None)
-    experts_implementation = kwargs.pop("experts_implementation", None)
+        download_kwargs = {"cache_dir": None, "force_download": False, "proxies": None,
+                           "local_files_only": True, "token": None, "revision": "main",
+                           "subfolder": subfolder}
+        files, sharded_metadata = mu._get_resolved_checkpoint_files(
+            pretrained_model_name_or_path=path, variant=variant, gguf_file=None,
+            use_safetensors=None,
+            user_agent={"file_type": "model", "framework": "pytorch", "from_auto_class": from_auto},
+            is_remote_code=False,
+            transformers_explicit_filename=getattr(config, "transformers_weights", None),
+            download_kwargs={**download_kwargs, "commit_hash": None})
+        if not files or not all(str(f).endswith(".safetensors") for f in files):
+            raise UnsupportedCheckpoint(f"{path}: not a safetensors checkpoint ({files}); "
+                                        "phoenix_gds.hf reads safetensors only")
+        files = [os.fspath(f) for f in files]
+        phases.done("files")
 
-    model_class, config, model_kwargs, from_auto = _model_class(cls, path, subfolder, config,
-                                                                kwargs, hf)
-    if attn_implementation is not None:
-        config._attn_implementation = attn_implementation
-    if experts_implementation is not None:
-        config._experts_implementation = experts_implementation
-    device_map = hf["accelerate"].check_and_set_device_map(device_map)
-    phases.done("config")
+        config, dtype = mu._get_dtype(dtype, files, config, sharded_metadata, None, True, None)
+        config.name_or_path = path
+        import copy
 
-    download_kwargs = {"cache_dir": None, "force_download": False, "proxies": None,
-                       "local_files_only": True, "token": None, "revision": "main",
-                       "subfolder": subfolder}
-    files, sharded_metadata = mu._get_resolved_checkpoint_files(
-        pretrained_model_name_or_path=path, variant=variant, gguf_file=None, use_safetensors=None,
-        user_agent={"file_type": "model", "framework": "pytorch", "from_auto_class": from_auto},
-        is_remote_code=False,
-        transformers_explicit_filename=getattr(config, "transformers_weights", None),
-        download_kwargs={**download_kwargs, "commit_hash": None})
-    if not files or not all(str(f).endswith(".safetensors") for f in files):
-        raise UnsupportedCheckpoint(f"{path}: not a safetensors checkpoint ({files}); "
-                                    "phoenix_gds.hf reads safetensors only")
-    files = [os.fspath(f) for f in files]
-    phases.done("files")
+        config = copy.deepcopy(config)
+        with hf["ContextManagers"](model_class.get_init_context(dtype, False, False, None)):
+            model = model_class(config, *model_args, **model_kwargs)
+            hf["patch_output_recorders"](model)
+        dtype_plan = model._get_dtype_plan(dtype)
+        phases.done("model")
+        if device_map is not None:
+            device_map = hf["accelerate"]._get_device_map(
+                model, device_map, dict(max_memory) if max_memory else None, None)
+            if "disk" in set(device_map.values()):
+                raise UnsupportedCheckpoint("device_map: the model does not fit the devices and "
+                                            "max_memory given (disk offload is not covered)")
+        phases.done("device map")
 
-    config, dtype = mu._get_dtype(dtype, files, config, sharded_metadata, None, True, None)
-    config.name_or_path = path
-    import copy
+        from ._safetensors import safe_open
 
-    config = copy.deepcopy(config)
-    with hf["ContextManagers"](model_class.get_init_context(dtype, False, False, None)):
-        model = model_class(config, *model_args, **model_kwargs)
-        hf["patch_output_recorders"](model)
-    dtype_plan = model._get_dtype_plan(dtype)
-    phases.done("model")
-    if device_map is not None:
-        device_map = hf["accelerate"]._get_device_map(
-            model, device_map, dict(max_memory) if max_memory else None, None)
-        if "disk" in set(device_map.values()):
-            raise UnsupportedCheckpoint("device_map: the model does not fit the devices and "
-                                        "max_memory given (disk offload is not covered)")
-    phases.done("device map")
+        keys: List[str] = []
+        for f in files:
+            with safe_open(f, framework="numpy") as header:
+                keys.extend(header.keys())
+        weight_mapping = _weight_mapping(model, keys, mu)
+        placements = _placements(model, keys, device_map, hf, weight_mapping)
+        if not reading.reads(files, placements):
+            reading.abandon()
+            reading.start(files, placements)
+        phases.done("keys")
 
-    from ._safetensors import safe_open
+        load_config = mu.LoadStateDictConfig(
+            pretrained_model_name_or_path=path, download_kwargs=download_kwargs,
+            use_safetensors=True, ignore_mismatched_sizes=ignore_mismatched_sizes,
+            sharded_metadata=sharded_metadata,
+            device_map=device_map, dtype=dtype, dtype_plan=dtype_plan, hf_quantizer=None,
+            device_mesh=None, weights_only=True, weight_mapping=weight_mapping)
+        plan = None
+        if not weight_mapping:
+            plan, loading_info = _placing_plan(model, keys, load_config, model.state_dict(), hf)
+        phases.done("plan")
+        # What transformers does after placing the weights and that does not
+        # depend on them (the training flag, the generation config) is done
+        # while they are read.
+        model.eval()
+        model.set_use_kernels(False, None)
+        if model.can_generate() and hasattr(model, "adjust_generation_fn"):
+            model.adjust_generation_fn(generation_config, from_auto, None, path, **download_kwargs,
+                                       trust_remote_code=None)
+        phases.done("generation config")
 
-    keys: List[str] = []
-    for f in files:
-        with safe_open(f, framework="numpy") as header:
-            keys.extend(header.keys())
-    weight_mapping = _weight_mapping(model, keys, mu)
-    placements = _placements(model, keys, device_map, hf, weight_mapping)
-    if not reading.reads(files, placements):
-        reading.abandon()
-        reading.start(files, placements)
-    phases.done("keys")
-
-    load_config = mu.LoadStateDictConfig(
-        pretrained_model_name_or_path=path, download_kwargs=download_kwargs,
-        use_safetensors=True, ignore_mismatched_sizes=ignore_mismatched_sizes,
-        sharded_metadata=sharded_metadata,
-        device_map=device_map, dtype=dtype, dtype_plan=dtype_plan, hf_quantizer=None,
-        device_mesh=None, weights_only=True, weight_mapping=weight_mapping)
-    plan = None
-    if not weight_mapping:
-        plan, loading_info = _placing_plan(model, keys, load_config, model.state_dict(), hf)
-    phases.done("plan")
-    # What transformers does after placing the weights and that does not
-    # depend on them (the training flag, the generation config) is done
-    # while they are read.
-    model.eval()
-    model.set_use_kernels(False, None)
-    if model.can_generate() and hasattr(model, "adjust_generation_fn"):
-        model.adjust_generation_fn(generation_config, from_auto, None, path, **download_kwargs,
-                                   trust_remote_code=None)
-    phases.done("generation config")
-
-    state = reading.result(phases)
-    phases.done("wait for read")
+        state = reading.result(phases)
+        phases.done("wait for read")
     if plan is not None:
         _assign(model, state, plan, loading_info, hf)
     else:
