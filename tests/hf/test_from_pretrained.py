@@ -395,3 +395,23 @@ def test_a_wrong_early_guess_is_read_again(tmp_path, monkeypatch):
     monkeypatch.setattr(hf, "_early_files", lambda *args: shards[:1])
     ours, ref = _both(AutoModelForCausalLM, path, monkeypatch, device_map="cpu")
     assert_same_model(ours, ref)
+
+
+def test_a_failing_call_waits_for_its_read(tmp_path, monkeypatch):
+    # The read starts before transformers sees the arguments; when they
+    # fail, the error is transformers' and no read is left running.
+    import phoenix_gds
+
+    path = _llama(tmp_path / "llama")
+    reads = []
+
+    class Recording(phoenix_gds.Loader):
+        def load(self, *args, **kwargs):
+            reads.append(threading.current_thread().name)
+            return super().load(*args, **kwargs)
+
+    monkeypatch.setattr(phoenix_gds, "Loader", Recording)
+    with pytest.raises(TypeError, match="not_an_argument"):
+        hf.from_pretrained(AutoModelForCausalLM, path, device_map="cpu", not_an_argument=1)
+    assert reads == ["phoenix_gds.hf read"]
+    assert not [t for t in threading.enumerate() if t.name == "phoenix_gds.hf read"]
