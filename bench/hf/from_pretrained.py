@@ -281,8 +281,9 @@ def summarise(records):
         spans = [r["phases"] for r in rows if r.get("phases")]
         if spans:
             out.append({"kind": "phases", "config": key[0], "cache": key[1],
-                        "phases": {name: [statistics.median(s[name][i] for s in spans
-                                                            if name in s) for i in (0, 1)]
+                        "phases": {name: [round(statistics.median(s[name][i] for s in spans
+                                                                  if name in s), 4)
+                                          for i in (0, 1)]
                                    for name in spans[0]}})
 
     def ratio(goal, faster, slower, at_least):
