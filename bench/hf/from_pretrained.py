@@ -11,11 +11,13 @@ phoenix_gds imported and CUDA up: from the call to a model whose weights are
 on the GPU (torch.cuda.synchronize()).  Warm: the shards read once before;
 cold: evicted until mincore finds none of their pages, checked in the
 worker right before the call.  Rounds rotate the order of the configs.
-Rows: "transformers" (its from_pretrained), "phoenix" (phoenix_gds.hf),
+Rows: "transformers" (its from_pretrained), "phoenix" (phoenix_gds.hf,
+with its phases: {phase: [start, end]} seconds, from hf.last_phases()),
 "loader" (phoenix_gds.load_safetensors alone: the bytes without a model),
 and cold raw readers of the same files into host memory (no GPU copy):
 buffered and O_DIRECT, threads each reading one contiguous range.
-Records are JSON lines; the summary and the goals' ratios come last.
+Records are JSON lines; the summary, phoenix's median phases and the
+goals' ratios come last.
 """
 
 from __future__ import annotations
@@ -186,7 +188,7 @@ def worker(job) -> int:
     from transformers import AutoModelForCausalLM  # noqa: F401  (a user's script imports first)
 
     import phoenix_gds  # noqa: F401
-    from phoenix_gds import hf  # noqa: F401
+    from phoenix_gds import hf
 
     folder = pathlib.Path(job["dir"])
     files = shard_files(folder)
@@ -210,6 +212,8 @@ def worker(job) -> int:
         seconds = time.perf_counter() - start
         rec.update({"status": "ok", "seconds": seconds, "bytes": moved,
                     "gbps": moved / seconds / 1e9})
+        if job["config"] == "phoenix":
+            rec["phases"] = hf.last_phases()
         if job["config"] in ("transformers", "phoenix"):
             params = list(model.parameters())
             rec["on_device"] = all(str(p.device) == str(torch.device(device)) for p in params)
@@ -274,6 +278,13 @@ def summarise(records):
         out.append({"kind": "summary", "config": key[0], "cache": key[1], "seconds": seconds,
                     "gbps": statistics.median(r["gbps"] for r in rows), "rounds": len(rows),
                     "resident_before_max": max((r["resident_before"] or 0) for r in rows)})
+        spans = [r["phases"] for r in rows if r.get("phases")]
+        if spans:
+            out.append({"kind": "phases", "config": key[0], "cache": key[1],
+                        "phases": {name: [round(statistics.median(s[name][i] for s in spans
+                                                                  if name in s), 4)
+                                          for i in (0, 1)]
+                                   for name in spans[0]}})
 
     def ratio(goal, faster, slower, at_least):
         # Seconds: the slower's over the faster's is how many times faster.
@@ -284,6 +295,8 @@ def summarise(records):
           ("transformers", "warm"), 5.0)
     ratio("cold: phoenix at least as fast as transformers", ("phoenix", "cold"),
           ("transformers", "cold"), 1.0)
+    ratio("cold: phoenix within 1.05x of the loader alone", ("phoenix", "cold"),
+          ("loader", "cold"), 1 / 1.05)
     raws = [k for k in medians if k[0].startswith("raw-") and k[1] == "cold"]
     if raws:
         best = min(raws, key=lambda k: medians[k])

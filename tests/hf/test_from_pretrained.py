@@ -14,13 +14,15 @@ import errno
 import json
 import os
 import shutil
+import threading
 
 import pytest
 import torch
 import transformers
-from transformers import (AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification,
-                          GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
-                          LlamaForSequenceClassification)
+from transformers import (AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM,
+                          AutoModelForSequenceClassification, GPT2Config, GPT2LMHeadModel,
+                          LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification, T5Config,
+                          T5ForConditionalGeneration)
 
 from phoenix_gds import hf
 
@@ -119,6 +121,19 @@ def test_tied_embeddings_are_tied(tmp_path, monkeypatch):
 def test_gpt2_is_transformers_model(tmp_path, monkeypatch):
     path = _gpt2(tmp_path / "gpt2")
     ours, ref = _both(AutoModelForCausalLM, path, monkeypatch, dtype=torch.bfloat16)
+    assert_same_model(ours, ref)
+
+
+def test_keep_in_fp32_modules_stay_fp32(tmp_path, monkeypatch):
+    # T5 keeps its "wo" projections in float32 when loaded in float16.
+    torch.manual_seed(2)
+    config = T5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                      decoder_start_token_id=0)
+    T5ForConditionalGeneration(config).save_pretrained(tmp_path / "t5", max_shard_size="50KB")
+    ours, ref = _both(AutoModelForSeq2SeqLM, tmp_path / "t5", monkeypatch, dtype=torch.float16,
+                      device_map="cpu")
+    assert ours.encoder.block[0].layer[1].DenseReluDense.wo.weight.dtype == torch.float32
+    assert ours.shared.weight.dtype == torch.float16
     assert_same_model(ours, ref)
 
 
@@ -327,3 +342,76 @@ def test_mixed_cpu_and_gpu_map_is_transformers_model(tmp_path, monkeypatch):
             assert (a[key].dtype, a[key].shape, a[key].device) == \
                 (b[key].dtype, b[key].shape, b[key].device), key
             assert torch.equal(_bits(a[key]).cpu(), _bits(b[key]).cpu()), key
+
+
+def test_weights_are_the_tensors_read_while_the_model_was_built(tmp_path, monkeypatch):
+    # The read begins before transformers builds the model, and each weight
+    # is the very tensor the Loader returned (same memory), not a copy.
+    import phoenix_gds
+
+    path = _llama(tmp_path / "llama")
+    read_began = threading.Event()
+    loaded = {}
+
+    class Recording(phoenix_gds.Loader):
+        def load(self, *args, **kwargs):
+            read_began.set()
+            state = super().load(*args, **kwargs)
+            loaded.update(state)
+            return state
+
+    init = LlamaForCausalLM.__init__
+    built_after_read_began = []
+
+    def recording_init(self, *args, **kwargs):
+        # A read started before the model has begun by now, or soon (it is
+        # in a thread); one that starts after the model never begins here.
+        built_after_read_began.append(read_began.wait(timeout=5))
+        init(self, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(phoenix_gds, "Loader", Recording)
+        m.setattr(LlamaForCausalLM, "__init__", recording_init)
+        m.setattr(transformers.modeling_utils, "safe_open", _refuse)
+        ours = hf.from_pretrained(AutoModelForCausalLM, path, device_map="cpu",
+                                  dtype=torch.bfloat16)
+    assert built_after_read_began == [True]
+    params = dict(ours.named_parameters())
+    assert loaded.keys() == params.keys()
+    for name, tensor in loaded.items():
+        assert params[name].data_ptr() == tensor.data_ptr(), f"{name} was copied"
+    phases = hf.last_phases()
+    assert phases["read"][0] < phases["model"][0]
+    assert_same_model(ours, AutoModelForCausalLM.from_pretrained(path, device_map="cpu",
+                                                                 dtype=torch.bfloat16))
+
+
+def test_a_wrong_early_guess_is_read_again(tmp_path, monkeypatch):
+    # The read that starts before transformers resolves the files is of the
+    # files guessed; where transformers resolves others, those are read.
+    path = _llama(tmp_path / "llama")
+    shards = sorted(str(p) for p in path.glob("*.safetensors"))
+    assert len(shards) > 1
+    monkeypatch.setattr(hf, "_early_files", lambda *args: shards[:1])
+    ours, ref = _both(AutoModelForCausalLM, path, monkeypatch, device_map="cpu")
+    assert_same_model(ours, ref)
+
+
+def test_a_failing_call_waits_for_its_read(tmp_path, monkeypatch):
+    # The read starts before transformers sees the arguments; when they
+    # fail, the error is transformers' and no read is left running.
+    import phoenix_gds
+
+    path = _llama(tmp_path / "llama")
+    reads = []
+
+    class Recording(phoenix_gds.Loader):
+        def load(self, *args, **kwargs):
+            reads.append(threading.current_thread().name)
+            return super().load(*args, **kwargs)
+
+    monkeypatch.setattr(phoenix_gds, "Loader", Recording)
+    with pytest.raises(TypeError, match="not_an_argument"):
+        hf.from_pretrained(AutoModelForCausalLM, path, device_map="cpu", not_an_argument=1)
+    assert reads == ["phoenix_gds.hf read"]
+    assert not [t for t in threading.enumerate() if t.name == "phoenix_gds.hf read"]
