@@ -63,6 +63,14 @@ class GatherMover {
                                                              std::size_t slot_size,
                                                              std::size_t slots = 0);
 
+/// @p threads reader threads, each a synchronous pread at a time into one
+/// of its two pinned slots of @p slot_size bytes, then cuMemcpyHtoDAsync on
+/// its own stream of GPU @p device_id; reads only (PHX_WITH_CUDA builds;
+/// otherwise throws ENOTSUP).
+[[nodiscard]] std::unique_ptr<GatherMover> make_reader_threads_mover(int device_id,
+                                                                     unsigned threads,
+                                                                     std::size_t slot_size);
+
 }  // namespace phx::detail
 
 #endif  // PHOENIX_LIB_GATHER_MOVER_HPP

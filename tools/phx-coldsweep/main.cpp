@@ -288,6 +288,7 @@ void uring_thread(const Work &work, Cursor cursor, const std::vector<Buffer> &bu
     }
   }
   std::vector<unsigned> free_slots;
+  free_slots.reserve(depth);
   for (unsigned s = 0; s < depth; ++s) {
     free_slots.push_back(s);
   }
@@ -378,6 +379,7 @@ int run(const Options &o) {
   std::string failure;
   {
     std::vector<std::jthread> threads;
+    threads.reserve(o.threads);
     for (unsigned t = 0; t < o.threads; ++t) {
       threads.emplace_back([&, t] {
         try {
