@@ -216,7 +216,8 @@ class PyLoader {
     } else if (name == "uring") {
       o.cold_reader = st::ColdReader::uring;
     } else {
-      throw ArgumentError("cold_reader \"" + name + "\": expected \"auto\", \"threads\" or \"uring\"");
+      throw ArgumentError("cold_reader \"" + name +
+                          "\": expected \"auto\", \"threads\" or \"uring\"");
     }
     o.cold_request =
         request.is_none() ? 0 : int_arg<std::size_t>(request, "load options: cold_request");
