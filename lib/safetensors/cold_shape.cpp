@@ -10,6 +10,7 @@
 // than cores only queue behind each other.
 #include "safetensors/cold_shape.hpp"
 
+#include <sched.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
@@ -114,9 +115,20 @@ ColdShape cold_read_shape(const QueueLimits &limits, unsigned cores) {
   return shape;
 }
 
+unsigned usable_cores() noexcept {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) {
+      return static_cast<unsigned>(n);
+    }
+  }
+  return std::max(std::thread::hardware_concurrency(), 1U);
+}
+
 ColdShape cold_shape_for(const LoadOptions &options, const std::filesystem::path &path) {
-  const unsigned cores = std::max(std::thread::hardware_concurrency(), 1U);
-  ColdShape shape = cold_read_shape(queue_limits(path), cores);
+  ColdShape shape = cold_read_shape(queue_limits(path), usable_cores());
   std::string forced;
   if (options.cold_reader != ColdReader::automatic) {
     shape.reader = options.cold_reader;

@@ -54,7 +54,12 @@ inline constexpr unsigned kMaxInFlight = 64;
 // at most half of what the hardware queues hold and kMaxInFlight.
 [[nodiscard]] ColdShape cold_read_shape(const QueueLimits &limits, unsigned cores);
 
-// The rule for @p path, or what @p options force (LoadOptions::cold_*).
+// The cores this process may run on (its CPU affinity: a container's or
+// taskset's share, not the host's count).
+[[nodiscard]] unsigned usable_cores() noexcept;
+
+// The rule for @p path and usable_cores(), or what @p options force
+// (LoadOptions::cold_*).
 [[nodiscard]] ColdShape cold_shape_for(const LoadOptions &options,
                                        const std::filesystem::path &path);
 

@@ -7,12 +7,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "fake_gpu.hpp"
@@ -115,8 +113,8 @@ TEST_F(SafetensorsCompat, StatsSayHowEachFileWasReadAndWhy) {
       } else if (fs.direct) {  // where the file system takes O_DIRECT
         // The cold rule's shape for this file's disk and this machine's
         // cores, whatever the I/O knobs of the other paths say.
-        const st::stage::ColdShape rule = st::stage::cold_read_shape(
-            st::stage::queue_limits(fs.path), std::max(std::thread::hardware_concurrency(), 1U));
+        const st::stage::ColdShape rule =
+            st::stage::cold_read_shape(st::stage::queue_limits(fs.path), st::stage::usable_cores());
         EXPECT_EQ(fs.path_taken, "readers");
         EXPECT_EQ(fs.request_bytes, rule.request);
         EXPECT_EQ(fs.depth, rule.in_flight);
