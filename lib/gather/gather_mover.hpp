@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "gather/gather_plan.hpp"
 #include "io/aligned_io.hpp"
@@ -51,6 +52,12 @@ class GatherMover {
  private:
   std::atomic<std::uint64_t> *read_counter_ = nullptr;
 };
+
+/// Per request, nonzero where its registration's memory was freed since it
+/// was registered (logged once per registration); throws EINVAL for a
+/// request larger than @p slot_size.  The staged movers' first step.
+void lost_requests(std::span<const PlannedRequest> requests, std::size_t slot_size,
+                   std::vector<char> &lost);
 
 /// io_uring into the registrations' host views, @p depth entries.
 [[nodiscard]] std::unique_ptr<GatherMover> make_host_view_mover(unsigned depth);

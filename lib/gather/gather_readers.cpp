@@ -24,8 +24,6 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "core/log.hpp"
-#include "core/registration_access.hpp"
 #include "cuda/driver_api.hpp"
 #include "cuda/gpu.hpp"
 #include "engines/compat/staging_pool.hpp"
@@ -63,7 +61,7 @@ class ReaderThreadsMover final : public GatherMover {
     if (dir != Direction::read) {
       throw_errno(ENOTSUP, "the reader-threads mover only reads");
     }
-    mark_lost(requests);
+    lost_requests(requests, slot_size_, lost_);
     std::atomic<std::size_t> next{0};
     std::mutex failure_mutex;
     std::exception_ptr failure;
@@ -99,31 +97,6 @@ class ReaderThreadsMover final : public GatherMover {
     cuda::CUstream stream = nullptr;
     std::array<Slot, 2> slots;
   };
-
-  // Memory freed since it was registered: its requests fail with EFAULT
-  // before anything is copied into it.  Requests come grouped by registration.
-  void mark_lost(std::span<const PlannedRequest> requests) {
-    lost_.assign(requests.size(), 0);
-    const Registration *checked = nullptr;
-    bool checked_lost = false;
-    for (std::size_t i = 0; i < requests.size(); ++i) {
-      const PlannedRequest &r = requests[i];
-      if (r.size > slot_size_) {
-        throw_errno(EINVAL, "gather request of " + std::to_string(r.size) +
-                                " bytes exceeds the staging slot of " + std::to_string(slot_size_));
-      }
-      if (r.registration != checked) {
-        checked = r.registration;
-        const Mapping *mapping = RegistrationAccess::mapping(*r.registration);
-        const std::string lost = mapping != nullptr ? mapping->lost() : "";
-        checked_lost = !lost.empty();
-        if (checked_lost) {
-          log(LogLevel::error, "gather: " + lost);
-        }
-      }
-      lost_[i] = checked_lost ? 1 : 0;
-    }
-  }
 
   // Reads @p r into @p data; the bytes read (fewer only at end of file) or -errno.
   static long read_request(const PlannedRequest &r, std::byte *data) noexcept {
