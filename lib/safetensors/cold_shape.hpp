@@ -48,10 +48,11 @@ inline constexpr unsigned kMaxInFlight = 64;
 
 // The rule.  Request: the largest power of two the block layer passes as
 // one request from scattered 4 KiB pinned pages: at most max_sectors_kb
-// and at most max_segments pages, so it is neither split nor, two of them
-// being over a limit, merged with its neighbour.  In flight: one read per
-// core (@p cores), at least 2 (one reading while another's copy starts),
-// at most half of what the hardware queues hold and kMaxInFlight.
+// and at most max_segments pages, so it is never split; two of them exceed
+// one of those limits, so neighbours merge only where their pages happen
+// to be physically contiguous.  In flight: one read per core (@p cores),
+// at least 2 (one reading while another's copy starts), at most half of
+// what the hardware queues hold and kMaxInFlight.
 [[nodiscard]] ColdShape cold_read_shape(const QueueLimits &limits, unsigned cores);
 
 // The cores this process may run on (its CPU affinity: a container's or

@@ -89,12 +89,18 @@ class Fd {
 // One aligned buffer, page-locked when asked.
 class Buffer {
  public:
-  Buffer(std::size_t size, bool locked) : size_(size) {
+  // @p small_pages: no transparent huge pages, so that a block's pages are
+  // scattered as cudaHostAlloc's tend to be (one segment each); on huge
+  // pages neighbouring blocks are contiguous and the block layer merges them.
+  Buffer(std::size_t size, bool locked, bool small_pages) : size_(size) {
     void *p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
       fail("mmap");
     }
     data_ = static_cast<std::byte *>(p);
+    if (small_pages) {
+      (void)::madvise(data_, size, MADV_NOHUGEPAGE);
+    }
     std::memset(data_, 0, size);
     if (locked && ::mlock(data_, size) != 0) {
       const int err = errno;
@@ -367,7 +373,7 @@ int run(const Options &o) {
   std::vector<std::vector<Buffer>> buffers(o.threads);
   for (auto &b : buffers) {
     for (unsigned i = 0; i < per_thread; ++i) {
-      b.emplace_back(o.block, o.memory == "locked");
+      b.emplace_back(o.block, o.memory != "plain", o.memory == "locked-4k");
     }
   }
   const std::string disk = disk_of(o.files.front());
@@ -438,8 +444,9 @@ int main(int argc, char **argv) {
                  "file: one shared cursor in file order; ranges: one "
                  "contiguous range per thread")
       ->check(CLI::IsMember({"file", "ranges"}));
-  app.add_option("--memory", o.memory, "locked (mlock, as pinned) or plain")
-      ->check(CLI::IsMember({"locked", "plain"}));
+  app.add_option("--memory", o.memory,
+                 "locked (mlock, as pinned), locked-4k (no huge pages) or plain")
+      ->check(CLI::IsMember({"locked", "locked-4k", "plain"}));
   app.add_flag("--buffered", o.buffered, "through the page cache (default O_DIRECT)");
   app.add_flag("--evict", o.evict,
                "drop the files from the page cache first; "
