@@ -36,7 +36,8 @@ TEST(ColdShape, RequestIsTheLargestPowerOfTwoTheQueuePassesWhole) {
   // Clamped to the rule's bounds.
   EXPECT_EQ(cold_read_shape({"x", 32, 8, 64, 1}, 8).request, st::stage::kMinRequest);
   EXPECT_EQ(cold_read_shape({"x", 65536, 65536, 64, 1}, 8).request, st::stage::kMaxRequest);
-  // Two requests of the rule's size never fit one request: no merging.
+  // Two requests of the rule's size exceed a limit: from scattered pages
+  // the block layer cannot merge them.
   for (const QueueLimits &l : {virtio, nvme}) {
     const std::size_t r = cold_read_shape(l, 4).request;
     EXPECT_GT(2 * r, std::min(l.max_sectors_kb * kKiB, l.max_segments * 4 * kKiB));
