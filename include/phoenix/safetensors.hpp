@@ -183,6 +183,7 @@ enum class CachePolicy {
 enum class ColdReader {
   automatic,  ///< by the rule: reader threads (docs/model-loading.md, "Cold files")
   threads,    ///< reader threads, each a synchronous pread at a time into its own slots
+  stripes,    ///< the same, each thread reading its own contiguous stripe of the requests
   uring,      ///< one io_uring ring on the stream's thread, cold_in_flight deep
 };
 

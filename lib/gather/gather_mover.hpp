@@ -72,11 +72,13 @@ void lost_requests(std::span<const PlannedRequest> requests, std::size_t slot_si
 
 /// @p threads reader threads, each a synchronous pread at a time into one
 /// of its two pinned slots of @p slot_size bytes, then cuMemcpyHtoDAsync on
-/// its own stream of GPU @p device_id; reads only (PHX_WITH_CUDA builds;
-/// otherwise throws ENOTSUP).
+/// its own stream of GPU @p device_id; the requests from one shared cursor
+/// in order, or with @p stripes each thread its own contiguous stripe of
+/// them.  Reads only (PHX_WITH_CUDA builds; otherwise throws ENOTSUP).
 [[nodiscard]] std::unique_ptr<GatherMover> make_reader_threads_mover(int device_id,
                                                                      unsigned threads,
-                                                                     std::size_t slot_size);
+                                                                     std::size_t slot_size,
+                                                                     bool stripes = false);
 
 }  // namespace phx::detail
 

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The reader-threads mover for a compat GPU's cold reads: N threads take
-// the requests in order from one cursor; each reads one request at a time
+// the requests in order from one cursor (or, with stripes, each its own
+// contiguous stripe of them, so that no two reads in flight are
+// neighbours the block layer could merge); each reads one request at a time
 // with a synchronous pread into one of its own two pinned slots and starts
 // its copy to the GPU on its own stream, then reads the next into the other
 // slot while that copy runs.  The disk sees N reads at once, each started
@@ -33,8 +35,8 @@ namespace {
 
 class ReaderThreadsMover final : public GatherMover {
  public:
-  ReaderThreadsMover(int device_id, unsigned threads, std::size_t slot_size)
-      : gpu_(device_id), slot_size_(slot_size), readers_(threads) {
+  ReaderThreadsMover(int device_id, unsigned threads, std::size_t slot_size, bool stripes)
+      : gpu_(device_id), slot_size_(slot_size), stripes_(stripes), readers_(threads) {
     const cuda::Driver &d = *cuda::driver();
     const cuda::ScopedContext scope(gpu_.context());
     for (Reader &r : readers_) {
@@ -62,22 +64,27 @@ class ReaderThreadsMover final : public GatherMover {
       throw_errno(ENOTSUP, "the reader-threads mover only reads");
     }
     lost_requests(requests, slot_size_, lost_);
-    std::atomic<std::size_t> next{0};
+    std::atomic<std::size_t> shared{0};
+    std::atomic<bool> stop{false};
     std::mutex failure_mutex;
     std::exception_ptr failure;
     {
       std::vector<std::jthread> threads;
       threads.reserve(readers_.size());
-      for (Reader &reader : readers_) {
-        threads.emplace_back([&, r = &reader]() noexcept {
+      const std::size_t n = requests.size();
+      const std::size_t t = readers_.size();
+      for (std::size_t k = 0; k < t; ++k) {
+        const Cursor cursor = stripes_ ? Cursor{nullptr, n * k / t, n * (k + 1) / t, &stop}
+                                       : Cursor{&shared, 0, n, &stop};
+        threads.emplace_back([&, r = &readers_[k], cursor]() noexcept {
           try {
-            run_reader(*r, requests, outcomes, next);
+            run_reader(*r, requests, outcomes, cursor);
           } catch (...) {
             const std::lock_guard lock(failure_mutex);
             if (!failure) {
               failure = std::current_exception();
             }
-            next = requests.size();  // the others stop after their read
+            stop = true;  // the others stop after their read
           }
         });
       }
@@ -96,6 +103,21 @@ class ReaderThreadsMover final : public GatherMover {
   struct Reader {
     cuda::CUstream stream = nullptr;
     std::array<Slot, 2> slots;
+  };
+  // Hands a reader its next request: from the cursor all readers share
+  // (file order), or from its own stripe of the requests.
+  struct Cursor {
+    std::atomic<std::size_t> *shared = nullptr;
+    std::size_t next = 0;
+    std::size_t end = 0;
+    const std::atomic<bool> *stop = nullptr;
+    [[nodiscard]] bool take(std::size_t &index) {
+      if (stop->load(std::memory_order_relaxed)) {
+        return false;
+      }
+      index = shared != nullptr ? shared->fetch_add(1) : next++;
+      return index < end;
+    }
   };
 
   // Reads @p r into @p data; the bytes read (fewer only at end of file) or -errno.
@@ -119,11 +141,12 @@ class ReaderThreadsMover final : public GatherMover {
   }
 
   void run_reader(Reader &reader, std::span<const PlannedRequest> requests,
-                  std::span<RequestOutcome> outcomes, std::atomic<std::size_t> &next) {
+                  std::span<RequestOutcome> outcomes, Cursor cursor) {
     const cuda::Driver &d = *cuda::driver();
     const cuda::ScopedContext scope(gpu_.context());
     std::size_t k = 0;
-    for (std::size_t i = next++; i < requests.size(); i = next++) {
+    std::size_t i = 0;
+    while (cursor.take(i)) {
       if (lost_[i] != 0) {
         outcomes[i] = {0, EFAULT};
         continue;
@@ -189,6 +212,7 @@ class ReaderThreadsMover final : public GatherMover {
 
   cuda::Gpu gpu_;
   std::size_t slot_size_;
+  bool stripes_;
   std::vector<Reader> readers_;
   std::vector<char> lost_;  // per request of the current move: its memory was freed
 };
@@ -196,14 +220,14 @@ class ReaderThreadsMover final : public GatherMover {
 }  // namespace
 
 std::unique_ptr<GatherMover> make_reader_threads_mover(int device_id, unsigned threads,
-                                                       std::size_t slot_size) {
+                                                       std::size_t slot_size, bool stripes) {
   if (cuda::driver() == nullptr) {
     throw_errno(ENOTSUP, "the compat reader threads need CUDA: " + cuda::unavailable_reason());
   }
   if (threads == 0) {
     throw_errno(EINVAL, "the reader-threads mover needs at least one thread");
   }
-  return std::make_unique<ReaderThreadsMover>(device_id, threads, slot_size);
+  return std::make_unique<ReaderThreadsMover>(device_id, threads, slot_size, stripes);
 }
 
 }  // namespace phx::detail
@@ -217,7 +241,8 @@ std::unique_ptr<GatherMover> make_reader_threads_mover(int device_id, unsigned t
 namespace phx::detail {
 
 std::unique_ptr<GatherMover> make_reader_threads_mover(int /*device_id*/, unsigned /*threads*/,
-                                                       std::size_t /*slot_size*/) {
+                                                       std::size_t /*slot_size*/,
+                                                       bool /*stripes*/) {
   throw_errno(ENOTSUP, "the compat reader threads need a libphoenix built with CUDA");
 }
 

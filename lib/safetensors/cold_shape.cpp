@@ -159,6 +159,8 @@ const char *reader_name(ColdReader reader) noexcept {
       return "automatic";
     case ColdReader::threads:
       return "threads";
+    case ColdReader::stripes:
+      return "stripes";
     case ColdReader::uring:
       return "uring";
   }

@@ -397,7 +397,8 @@ detail::GatherMover &Loader::stream(int device, ColdReader reader, std::size_t r
       reader == ColdReader::uring
           ? detail::make_staged_mover(device, in_flight, request,
                                       stage::uring_slots({reader, request, in_flight, {}}))
-          : detail::make_reader_threads_mover(device, in_flight, request);
+          : detail::make_reader_threads_mover(device, in_flight, request,
+                                              reader == ColdReader::stripes);
   stream_shapes_[device] = key;
   return *streams_.emplace(device, std::move(mover)).first->second;
 }

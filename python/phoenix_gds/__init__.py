@@ -219,7 +219,7 @@ class Loader:
     (buffered when the page cache holds the file, else O_DIRECT), "direct",
     "buffered".  chunk_size, queue_depth, parallel_files: the I/O shape
     of host-view queues.  pinned: host engine into pinned memory.
-    cold_reader ("auto", "threads", "uring"), cold_request (bytes per read),
+    cold_reader ("auto", "threads", "stripes", "uring"), cold_request (bytes per read),
     cold_in_flight (reads at once): force a compat GPU's cold (O_DIRECT)
     reads into another shape than the rule's (None: the rule's part;
     docs/model-loading.md, "Cold files"); stats' per_file says which shape

@@ -213,11 +213,13 @@ class PyLoader {
       o.cold_reader = st::ColdReader::automatic;
     } else if (name == "threads") {
       o.cold_reader = st::ColdReader::threads;
+    } else if (name == "stripes") {
+      o.cold_reader = st::ColdReader::stripes;
     } else if (name == "uring") {
       o.cold_reader = st::ColdReader::uring;
     } else {
       throw ArgumentError("cold_reader \"" + name +
-                          "\": expected \"auto\", \"threads\" or \"uring\"");
+                          "\": expected \"auto\", \"threads\", \"stripes\" or \"uring\"");
     }
     o.cold_request =
         request.is_none() ? 0 : int_arg<std::size_t>(request, "load options: cold_request");

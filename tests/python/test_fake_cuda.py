@@ -207,7 +207,8 @@ def child_cold(scratch):
     tensors["big.weight"] = numpy.arange(3 << 20, dtype=numpy.uint32)
     write_safetensors(path, tensors, gap=3)
     for shape in ({}, {"cold_reader": "uring", "cold_request": 1 << 20, "cold_in_flight": 3},
-                  {"cold_reader": "threads", "cold_request": 64 << 10, "cold_in_flight": 5}):
+                  {"cold_reader": "threads", "cold_request": 64 << 10, "cold_in_flight": 5},
+                  {"cold_reader": "stripes", "cold_request": 128 << 10, "cold_in_flight": 7}):
         fd = os.open(path, os.O_RDONLY)
         os.fdatasync(fd)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)

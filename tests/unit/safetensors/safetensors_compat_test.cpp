@@ -149,8 +149,8 @@ TEST_F(SafetensorsCompat, StatsSayHowEachFileWasReadAndWhy) {
 // Larger than many requests of the rule's shape, ending mid-block, by each
 // cold reader: the rule's, reader threads and an io_uring stream forced to
 // 1 MiB requests, two in flight (the stream over three staging slots, so
-// that every slot is taken again while its copy may still run), and three
-// reader threads of 64 KiB requests.
+// that every slot is taken again while its copy may still run), three
+// reader threads of 64 KiB requests, and five reading stripes of them.
 TEST_F(SafetensorsCompat, ColdReadersByteForByte) {
   const std::vector<TestTensor> tensors = {
       {"a", "F32", {5000001}, tensor_bytes(20000004, 31)},
@@ -167,7 +167,8 @@ TEST_F(SafetensorsCompat, ColdReadersByteForByte) {
   for (const Shape shape : {Shape{st::ColdReader::automatic, 0, 0},
                             Shape{st::ColdReader::threads, std::size_t{1} << 20, 2},
                             Shape{st::ColdReader::uring, std::size_t{1} << 20, 2},
-                            Shape{st::ColdReader::threads, std::size_t{64} << 10, 3}}) {
+                            Shape{st::ColdReader::threads, std::size_t{64} << 10, 3},
+                            Shape{st::ColdReader::stripes, std::size_t{64} << 10, 5}}) {
     for (const int gpus : {1, 2}) {
       SCOPED_TRACE(testing::Message() << gpus << " GPUs, reader " << static_cast<int>(shape.reader)
                                       << ", " << shape.in_flight << " x " << shape.request);
