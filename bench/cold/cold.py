@@ -14,8 +14,8 @@
       first calls of ours against 16 threads reading into pinned memory and
       instanttensor's buffered mode; then four loads at once against four
       in a row; then, with the budget left, ours in forced shapes (8, 32
-      and 64 reader threads, the rule's threads each reading its own
-      stripe, io_uring 32 x 512 KiB) against ours by the
+      and 64 reader threads, the rule's threads sharing one cursor in file
+      order, io_uring 32 x 512 KiB) against ours by the
       rule on the sharded set (phase "variants": data to judge the rule
       by, not goals).  Every tensor load is compared with safetensors' own load
       (the first round of each loader; --verify-all: every round).  Writes
@@ -78,7 +78,7 @@ VARIANTS = {
     "ours-threads-x8": {"cold_in_flight": 8},
     "ours-threads-x32": {"cold_in_flight": 32},
     "ours-threads-x64": {"cold_in_flight": 64},
-    "ours-stripes": {"cold_reader": "stripes"},
+    "ours-file-order": {"cold_reader": "threads"},
     "ours-uring-d32x512K": {"cold_reader": "uring", "cold_request": 512 << 10,
                             "cold_in_flight": 32},
 }
@@ -289,9 +289,11 @@ def run(args) -> int:
                         for r in rows:
                             pf = r.get("per_file") or []
                             if item == OURS and pf and pf[0].get("path_taken") == "readers":
+                                stripes = "reader=threads" not in (pf[0].get("why") or "")
                                 ours_shape = ["--method", "pread", "--threads",
                                               str(pf[0]["threads"]), "--block",
-                                              f"{pf[0]['request_bytes'] >> 10}K"]
+                                              f"{pf[0]['request_bytes'] >> 10}K", "--order",
+                                              "ranges" if stripes else "file"]
                         keep(rows)
                     else:
                         extra = ours_shape if item == "raw-ours" else SWEEP[item]

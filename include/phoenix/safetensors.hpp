@@ -181,8 +181,8 @@ enum class CachePolicy {
 
 /// How a compat GPU reads a cold (O_DIRECT) file into its pinned staging.
 enum class ColdReader {
-  automatic,  ///< by the rule: reader threads (docs/model-loading.md, "Cold files")
-  threads,    ///< reader threads, each a synchronous pread at a time into its own slots
+  automatic,  ///< by the rule: reader threads in stripes (docs/model-loading.md, "Cold files")
+  threads,    ///< reader threads, one synchronous pread each at a time, one cursor in file order
   stripes,    ///< the same, each thread reading its own contiguous stripe of the requests
   uring,      ///< one io_uring ring on the stream's thread, cold_in_flight deep
 };

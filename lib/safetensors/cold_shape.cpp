@@ -5,10 +5,11 @@
 // neighbouring reads of physically contiguous pages into fewer, larger
 // ones; the fastest reader there (16 threads of 512 KiB into pinned
 // memory) kept many unsplit, unmerged reads in flight.  The rule asks the
-// queue for the largest size that is never split, and takes one read per
-// core: a synchronous read's thread sleeps in the disk's queue, wakes on
-// its own core to start its copy, and more threads than cores only queue
-// behind each other.
+// queue for the largest size that is never split, has each thread read
+// its own stripe so that no two reads in flight are neighbours the block
+// layer could merge, and takes one read per core: a synchronous read's
+// thread sleeps in the disk's queue, wakes on its own core to start its
+// copy, and more threads than cores only queue behind each other.
 #include "safetensors/cold_shape.hpp"
 
 #include <sched.h>
@@ -76,7 +77,7 @@ QueueLimits queue_limits(const std::filesystem::path &path, const std::filesyste
 
 ColdShape cold_read_shape(const QueueLimits &limits, unsigned cores) {
   ColdShape shape;
-  shape.reader = ColdReader::threads;
+  shape.reader = ColdReader::stripes;
   // Request size.
   std::uint64_t whole = 0;  // the largest request that goes down whole
   std::string from;
@@ -109,7 +110,7 @@ ColdShape cold_read_shape(const QueueLimits &limits, unsigned cores) {
     }
   }
   shape.in_flight = static_cast<unsigned>(std::min<std::uint64_t>(per_core, room));
-  shape.why = "rule: " + std::to_string(shape.in_flight) + " reader threads (" +
+  shape.why = "rule: " + std::to_string(shape.in_flight) + " reader threads in stripes (" +
               std::to_string(cores) + " cores, at least 2, " + bound + ") x " + kib(shape.request) +
               " (" + (whole == 0 ? from : "largest power of two within " + from) +
               (limits.disk.empty() ? "" : " of " + limits.disk) + ")";

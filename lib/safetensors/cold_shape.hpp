@@ -30,7 +30,7 @@ struct QueueLimits {
                                        const std::filesystem::path &sys_root = "/sys");
 
 struct ColdShape {
-  ColdReader reader = ColdReader::threads;
+  ColdReader reader = ColdReader::stripes;
   std::size_t request = 0;  // bytes per read
   unsigned in_flight = 0;   // reads at once: threads, or the ring's depth
   std::string why;
@@ -50,7 +50,8 @@ inline constexpr unsigned kMaxInFlight = 64;
 // one request from scattered 4 KiB pinned pages: at most max_sectors_kb
 // and at most max_segments pages, so it is never split; two of them exceed
 // one of those limits, so neighbours merge only where their pages happen
-// to be physically contiguous.  In flight: one read per core (@p cores),
+// to be physically contiguous.  Reader: threads in stripes, so that no
+// two reads in flight are neighbours.  In flight: one read per core (@p cores),
 // at least 2 (one reading while another's copy starts), at most half of
 // what the hardware queues hold and kMaxInFlight.
 [[nodiscard]] ColdShape cold_read_shape(const QueueLimits &limits, unsigned cores);

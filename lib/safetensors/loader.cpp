@@ -150,10 +150,9 @@ void read_with_engine(File &file, const Target &target, const FileHeader &header
 }
 
 // One move of every request: the readers never drain between files or
-// segments.  Files one after another, in the segments' order, every reader
-// taking the next request: the disk sees the shape's reads at once, in file
-// order (spreading requests over four files at once measured 0.97x one file
-// on a virtio disk, docs/results.md).  The mover counts bytes into
+// segments.  The requests of all files in the segments' order, which the
+// readers take in stripes or from one cursor (ColdReader); the disk sees
+// the shape's reads at once.  The mover counts bytes into
 // shared.done as they land.
 void read_streamed(detail::GatherMover &mover, std::span<const Streamed> segments,
                    const ColdShape &shape, const LoadOptions &options, SharedState &shared) {

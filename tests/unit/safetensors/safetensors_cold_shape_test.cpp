@@ -53,7 +53,7 @@ TEST(ColdShape, InFlightIsOneReadPerCoreWithinTheQueues) {
   // At most half of what the hardware queues hold.
   EXPECT_EQ(cold_read_shape({"sdb", 512, 128, 16, 1}, 32).in_flight, 8U);
   EXPECT_EQ(cold_read_shape({"sdb", 512, 128, 16, 2}, 32).in_flight, 16U);
-  EXPECT_EQ(cold_read_shape(virtio, 16).reader, st::ColdReader::threads);
+  EXPECT_EQ(cold_read_shape(virtio, 16).reader, st::ColdReader::stripes);
 }
 
 TEST(ColdShape, WithoutLimitsTheFallbackAndTheWhySaysSo) {
