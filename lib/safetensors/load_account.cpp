@@ -30,7 +30,7 @@ std::vector<FileReadStats> account_files(const Checkpoint &ckpt, const std::vect
     fs.direct = d.mode != DirectIo::off;
     fs.resident = d.resident;
     fs.why = d.why;
-    if (routes.streamed[f] != 0) {
+    if (routes.streamed[f] != 0 && first != nullptr) {  // a streamed file has targets
       const ColdShape &shape = routes.shapes.at(first->segment->device);
       const bool threads = shape.reader != ColdReader::uring;
       fs.path_taken = threads ? "readers" : "stream";

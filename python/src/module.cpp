@@ -219,7 +219,7 @@ class PyLoader {
       o.cold_reader = st::ColdReader::uring;
     } else {
       throw ArgumentError("cold_reader \"" + name +
-                          "\": expected \"auto\", \"threads\", \"stripes\" or \"uring\"");
+                          R"(": expected "auto", "threads", "stripes" or "uring")");
     }
     o.cold_request =
         request.is_none() ? 0 : int_arg<std::size_t>(request, "load options: cold_request");
