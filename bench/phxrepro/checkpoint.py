@@ -80,3 +80,58 @@ def single_file(folder: pathlib.Path, scale: float = 1.0, half: str = "BF16") ->
         return path
     write(path, single_file_tensors(scale, half))
     return path
+
+
+# Llama-3-8B's shapes (hidden 4096, MLP 14336, 8 KV heads of 128, vocabulary
+# 128256); 16 layers in BF16 are 9.08 GB, the checkpoint of issue 52.
+LLAMA_HIDDEN, LLAMA_MLP, LLAMA_KV, LLAMA_VOCAB = 4096, 14336, 1024, 128256
+
+
+def llama_tensors(layers: int = 16, scale: float = 1.0,
+                  half: str = "BF16") -> list[tuple[str, list[int], str]]:
+    """Llama-3-8B's tensors with @layers layers, every side times @scale."""
+    def side(n):
+        return max(1, round(n * scale))
+
+    h, m, kv, v = side(LLAMA_HIDDEN), side(LLAMA_MLP), side(LLAMA_KV), side(LLAMA_VOCAB)
+    out = [("model.embed_tokens.weight", [v, h], half)]
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        out += [(p + "self_attn.q_proj.weight", [h, h], half),
+                (p + "self_attn.k_proj.weight", [kv, h], half),
+                (p + "self_attn.v_proj.weight", [kv, h], half),
+                (p + "self_attn.o_proj.weight", [h, h], half),
+                (p + "mlp.gate_proj.weight", [m, h], half),
+                (p + "mlp.up_proj.weight", [m, h], half),
+                (p + "mlp.down_proj.weight", [h, m], half),
+                (p + "input_layernorm.weight", [h], half),
+                (p + "post_attention_layernorm.weight", [h], half)]
+    out += [("model.norm.weight", [h], half), ("lm_head.weight", [v, h], half)]
+    return out
+
+
+def llama_shards(folder: pathlib.Path, layers: int = 16, shards: int = 4, scale: float = 1.0,
+                 half: str = "BF16") -> list[pathlib.Path]:
+    """The Llama-shaped checkpoint in @shards files of about equal size in
+    @folder, tensors in model order (kept when already there)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = llama_tensors(layers, scale, half)
+    total = sum(nbytes(s, d) for _, s, d in tensors)
+    per_shard = -(-total // shards)
+    groups, current, size = [], [], 0
+    for t in tensors:
+        current.append(t)
+        size += nbytes(t[1], t[2])
+        if size >= per_shard:
+            groups.append(current)
+            current, size = [], 0
+    if current:
+        groups.append(current)
+    paths = []
+    for i, group in enumerate(groups):
+        path = folder / f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
+        want = sum(nbytes(s, d) for _, s, d in group)
+        if not (path.exists() and path.stat().st_size > want):
+            write(path, group, seed=52 + i)
+        paths.append(path)
+    return paths

@@ -179,6 +179,14 @@ enum class CachePolicy {
   buffered,   ///< through the page cache
 };
 
+/// How a compat GPU reads a cold (O_DIRECT) file into its pinned staging.
+enum class ColdReader {
+  automatic,  ///< by the rule: reader threads in stripes (docs/model-loading.md, "Cold files")
+  threads,    ///< reader threads, one synchronous pread each at a time, one cursor in file order
+  stripes,    ///< the same, each thread reading its own contiguous stripe of the requests
+  uring,      ///< one io_uring ring on the stream's thread, cold_in_flight deep
+};
+
 /// Where and how to load.
 struct LoadOptions {
   Engine engine = Engine::automatic;  ///< per device, as Device::open resolves it
@@ -187,15 +195,21 @@ struct LoadOptions {
   /// Host engine: destination in pinned (page-locked) memory, so that a
   /// later copy to a GPU runs at full speed (needs a CUDA driver).
   bool pinned_host = false;
-  /// The I/O shape: requests of chunk_size bytes, queue_depth of them in
-  /// flight per file, parallel_files files at once.  A compat GPU's cold
-  /// stream reads its files one after another with queue_depth x
-  /// parallel_files requests in flight (at most 1 GiB or two requests),
-  /// its pinned staging a quarter larger.
+  /// The I/O shape of memory with a host view (direct, host engines):
+  /// requests of chunk_size bytes, queue_depth of them in flight per file,
+  /// parallel_files files at once.  A compat GPU's cold files take the
+  /// cold shape instead (cold_reader, cold_request, cold_in_flight).
   std::size_t chunk_size = std::size_t{32} << 20;  ///< bytes per io_uring request
   unsigned queue_depth = 8;                        ///< requests in flight per file
   unsigned parallel_files = 4;                     ///< files read at the same time
   std::size_t alignment = 4096;                    ///< file and memory alignment of each segment
+  /// A compat GPU's cold files: the reader, bytes per read and reads at
+  /// once.  automatic / 0: the rule's (from the disk's queue limits and the
+  /// core count; FileReadStats::why says which inputs); anything else forces
+  /// that part of the shape.
+  ColdReader cold_reader = ColdReader::automatic;
+  std::size_t cold_request = 0;  ///< a multiple of alignment, at most 1 GiB
+  unsigned cold_in_flight = 0;   ///< at most 1024
   /// Caller-supplied destination: returns memory of segment.device for
   /// segment.bytes() bytes (device memory for CUDA engines, host memory for
   /// the host engine), aligned to LoadOptions::alignment, which the caller
@@ -246,10 +260,11 @@ struct FileReadStats {
   std::filesystem::path path;
   std::uint64_t bytes = 0;  ///< tensor bytes of the file this load placed
   bool direct = false;      ///< O_DIRECT (else through the page cache)
-  /// "stream": its GPU's one stream of io_uring requests into pinned
-  /// staging; "engine": File::read, the engine's own threads (the compat
-  /// engine's copy threads); "queue": io_uring requests straight into
-  /// memory the engine maps.
+  /// "readers": its GPU's reader threads, synchronous O_DIRECT reads into
+  /// pinned staging (the cold shape's threads); "stream": its GPU's one
+  /// stream of io_uring requests into pinned staging; "engine": File::read,
+  /// the engine's own threads (the compat engine's copy threads); "queue":
+  /// io_uring requests straight into memory the engine maps.
   std::string path_taken;
   std::size_t threads = 0;        ///< threads moving its bytes (at most)
   std::size_t request_bytes = 0;  ///< bytes per read request or chunk
@@ -265,8 +280,9 @@ struct LoadStats {
   std::uint64_t tensor_bytes = 0;  ///< the tensors alone
   std::size_t files = 0;
   std::size_t files_direct = 0;  ///< of which read with O_DIRECT
-  /// Of those, read by their GPU's single stream of io_uring requests into
-  /// pinned staging (compat engine); the others through File::read.
+  /// Of those, read by their GPU's cold reader (reader threads or one
+  /// io_uring stream) into pinned staging (compat engine); the others
+  /// through File::read.
   std::size_t files_streamed = 0;
   std::size_t segments = 0;
   double seconds = 0;  ///< from the first allocation to the last byte in place
@@ -316,11 +332,13 @@ class PHX_EXPORT Loader {
 
  private:
   /// The staging stream of compat device @p device (made once).
-  detail::GatherMover &stream(int device);
+  detail::GatherMover &stream(int device, ColdReader reader, std::size_t request,
+                              unsigned in_flight);
 
   LoadOptions options_;
   std::map<int, Device> devices_;
   std::map<int, std::unique_ptr<detail::GatherMover>> streams_;
+  std::map<int, std::string> stream_shapes_;  ///< per device: the shape its stream was made for
 };
 
 /// Loader(options).load(checkpoint).

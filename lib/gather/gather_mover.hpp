@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "gather/gather_plan.hpp"
 #include "io/aligned_io.hpp"
@@ -52,6 +53,12 @@ class GatherMover {
   std::atomic<std::uint64_t> *read_counter_ = nullptr;
 };
 
+/// Per request, nonzero where its registration's memory was freed since it
+/// was registered (logged once per registration); throws EINVAL for a
+/// request larger than @p slot_size.  The staged movers' first step.
+void lost_requests(std::span<const PlannedRequest> requests, std::size_t slot_size,
+                   std::vector<char> &lost);
+
 /// io_uring into the registrations' host views, @p depth entries.
 [[nodiscard]] std::unique_ptr<GatherMover> make_host_view_mover(unsigned depth);
 
@@ -62,6 +69,16 @@ class GatherMover {
 [[nodiscard]] std::unique_ptr<GatherMover> make_staged_mover(int device_id, unsigned depth,
                                                              std::size_t slot_size,
                                                              std::size_t slots = 0);
+
+/// @p threads reader threads, each a synchronous pread at a time into one
+/// of its two pinned slots of @p slot_size bytes, then cuMemcpyHtoDAsync on
+/// its own stream of GPU @p device_id; the requests from one shared cursor
+/// in order, or with @p stripes each thread its own contiguous stripe of
+/// them.  Reads only (PHX_WITH_CUDA builds; otherwise throws ENOTSUP).
+[[nodiscard]] std::unique_ptr<GatherMover> make_reader_threads_mover(int device_id,
+                                                                     unsigned threads,
+                                                                     std::size_t slot_size,
+                                                                     bool stripes = false);
 
 }  // namespace phx::detail
 

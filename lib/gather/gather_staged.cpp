@@ -57,29 +57,7 @@ class StagedMover final : public GatherMover {
   void move(Direction dir, std::span<const PlannedRequest> requests,
             std::span<RequestOutcome> outcomes) override {
     const cuda::ScopedContext scope(gpu_.context());
-    // Memory freed since it was registered (maybe allocated again at the
-    // same address): its requests fail with EFAULT before anything is
-    // copied into it.  Requests come grouped by registration.
-    lost_.assign(requests.size(), 0);
-    const Registration *checked = nullptr;
-    bool checked_lost = false;
-    for (std::size_t i = 0; i < requests.size(); ++i) {
-      const PlannedRequest &r = requests[i];
-      if (r.size > slot_size_) {
-        throw_errno(EINVAL, "gather request of " + std::to_string(r.size) +
-                                " bytes exceeds the staging slot of " + std::to_string(slot_size_));
-      }
-      if (r.registration != checked) {
-        checked = r.registration;
-        const Mapping *mapping = RegistrationAccess::mapping(*r.registration);
-        const std::string lost = mapping != nullptr ? mapping->lost() : "";
-        checked_lost = !lost.empty();
-        if (checked_lost) {
-          log(LogLevel::error, "gather: " + lost);
-        }
-      }
-      lost_[i] = checked_lost ? 1 : 0;
-    }
+    lost_requests(requests, slot_size_, lost_);
     free_.clear();
     for (std::size_t i = 0; i < slots_.size(); ++i) {
       free_.push_back(i);
@@ -333,6 +311,33 @@ class StagedMover final : public GatherMover {
 };
 
 }  // namespace
+
+// Memory freed since it was registered (maybe allocated again at the same
+// address): its requests fail with EFAULT before anything is copied into
+// it.  Requests come grouped by registration, so each is asked once.
+void lost_requests(std::span<const PlannedRequest> requests, std::size_t slot_size,
+                   std::vector<char> &lost) {
+  lost.assign(requests.size(), 0);
+  const Registration *checked = nullptr;
+  bool checked_lost = false;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const PlannedRequest &r = requests[i];
+    if (r.size > slot_size) {
+      throw_errno(EINVAL, "gather request of " + std::to_string(r.size) +
+                              " bytes exceeds the staging slot of " + std::to_string(slot_size));
+    }
+    if (r.registration != checked) {
+      checked = r.registration;
+      const Mapping *mapping = RegistrationAccess::mapping(*r.registration);
+      const std::string why = mapping != nullptr ? mapping->lost() : "";
+      checked_lost = !why.empty();
+      if (checked_lost) {
+        log(LogLevel::error, "gather: " + why);
+      }
+    }
+    lost[i] = checked_lost ? 1 : 0;
+  }
+}
 
 std::unique_ptr<GatherMover> make_staged_mover(int device_id, unsigned depth, std::size_t slot_size,
                                                std::size_t slots) {

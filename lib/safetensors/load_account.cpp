@@ -30,11 +30,14 @@ std::vector<FileReadStats> account_files(const Checkpoint &ckpt, const std::vect
     fs.direct = d.mode != DirectIo::off;
     fs.resident = d.resident;
     fs.why = d.why;
-    if (routes.streamed[f] != 0) {
-      fs.path_taken = "stream";
-      fs.threads = 1;
-      fs.request_bytes = stream_request(options);
-      fs.depth = stream_depth(options);
+    if (routes.streamed[f] != 0 && first != nullptr) {  // a streamed file has targets
+      const ColdShape &shape = routes.shapes.at(first->segment->device);
+      const bool threads = shape.reader != ColdReader::uring;
+      fs.path_taken = threads ? "readers" : "stream";
+      fs.threads = threads ? shape.in_flight : 1;
+      fs.request_bytes = shape.request;
+      fs.depth = shape.in_flight;
+      fs.why += "; " + shape.why;
       continue;
     }
     if (first == nullptr) {

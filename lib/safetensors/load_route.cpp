@@ -15,17 +15,6 @@
 namespace phx::safetensors::stage {
 namespace {
 
-// The compat stream keeps in flight what the per-file queues of the other
-// engines would together: parallel_files x queue_depth requests of
-// chunk_size (32 x 32 MiB by default), so that the I/O knobs mean the same
-// for every engine.  On the H200's virtio disk this shape and 16 x 16 MiB
-// (the Python O_DIRECT ceiling's) measured the same within the disk's
-// noise (docs/results.md).  The copy of a slot to the GPU takes a fraction
-// of its read, so a quarter more slots than reads in flight keep the reads
-// from waiting on a copy.  At most 1 GiB in flight (the default's) or two
-// requests, whichever is more: the staging is pinned host memory.
-constexpr std::uint64_t kMaxStreamBytes = std::uint64_t{1} << 30;
-
 std::string percent(double fraction) {
   return std::to_string(std::lround(fraction * 100)) + "%";
 }
@@ -34,21 +23,6 @@ std::string percent(double fraction) {
 
 bool needs_direct_io(const EngineCapabilities &caps) noexcept {
   return caps.device_memory && caps.host_view;
-}
-
-// chunk_size is a multiple of the alignment (the Loader checks).
-std::size_t stream_request(const LoadOptions &options) {
-  return options.chunk_size;
-}
-
-unsigned stream_depth(const LoadOptions &options) {
-  const std::uint64_t wanted = std::uint64_t{options.queue_depth} * options.parallel_files;
-  const std::uint64_t fits = std::max<std::uint64_t>(2, kMaxStreamBytes / options.chunk_size);
-  return static_cast<unsigned>(std::min(wanted, fits));
-}
-
-std::size_t stream_slots(const LoadOptions &options) {
-  return std::size_t{stream_depth(options)} * 5 / 4 + 1;
 }
 
 std::uint64_t available(const Segment &s, const FileHeader &header) {
@@ -115,7 +89,11 @@ ReadRoutes route_reads(const Checkpoint &ckpt, const std::vector<Target> &target
       continue;
     }
     for (const Target *t : work) {
-      routes.streams[t->segment->device].push_back({file.get(), &header, t});
+      const int dev = t->segment->device;
+      if (routes.shapes.find(dev) == routes.shapes.end()) {
+        routes.shapes.emplace(dev, cold_shape_for(options, header.path));
+      }
+      routes.streams[dev].push_back({file.get(), &header, t});
     }
     routes.streamed_files.push_back(std::move(file));
     routes.streamed[f] = 1;

@@ -4,10 +4,10 @@
 //            segments, one allocation each;
 //   prepare  prepare_targets: each segment's memory allocated (or the
 //            caller's) and registered with its device;
-//   route    route_reads: how each file is read, and why: its GPU's stream
-//            (a compat GPU, O_DIRECT), or a worker that reads it through an
-//            io_uring queue (memory with a host view) or the engine's
-//            File::read; O_DIRECT or the page cache by the cache policy;
+//   route    route_reads: how each file is read, and why: its GPU's cold
+//            reader in the cold shape (a compat GPU, O_DIRECT), or a worker that reads it through
+//            an io_uring queue (memory with a host view) or the engine's File::read; O_DIRECT or
+//            the page cache by the cache policy;
 //   read     loader.cpp: the streams and workers run, errors and progress
 //            gathered;
 //   account  account_files and loaded_tensors: what each file got (for
@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "phoenix/safetensors.hpp"
+#include "safetensors/cold_shape.hpp"
 
 namespace phx::safetensors::stage {
 
@@ -66,6 +67,9 @@ struct ReadRoutes {
   std::vector<ReadDecision> decisions;           // here for staged files, else by the worker
   std::vector<char> streamed;                    // nonzero: its GPU's stream reads it
   std::map<int, std::vector<Streamed>> streams;  // by device, in file order
+  // The shape of each device's cold reads: the rule's (or the forced one)
+  // for its first streamed file.
+  std::map<int, ColdShape> shapes;
   std::vector<std::unique_ptr<File>> streamed_files;
 };
 
@@ -75,11 +79,6 @@ struct ReadRoutes {
 
 // Memory kind an engine's registrations take.
 [[nodiscard]] MemoryKind memory_of(const EngineCapabilities &caps) noexcept;
-
-// The request size, depth and staging slots of a compat GPU's stream.
-[[nodiscard]] std::size_t stream_request(const LoadOptions &options);
-[[nodiscard]] unsigned stream_depth(const LoadOptions &options);
-[[nodiscard]] std::size_t stream_slots(const LoadOptions &options);
 
 // Bytes of the segment that exist in the file (the aligned end may pass EOF).
 [[nodiscard]] std::uint64_t available(const Segment &s, const FileHeader &header);
@@ -98,8 +97,9 @@ struct ReadRoutes {
                                                   const DeviceOf &device);
 
 // How each file is read.  A file all of whose targets are on compat GPUs
-// (staged) is decided here: opened with O_DIRECT, its GPU's stream reads
-// it; opened buffered, it goes to a worker with the file already open.
+// (staged) is decided here: opened with O_DIRECT, its GPU's cold reader
+// reads it in the shape cold_shape_for gives its GPU's first such file;
+// opened buffered, it goes to a worker with the file already open.
 // The other files go to workers, which decide when they open them.
 [[nodiscard]] ReadRoutes route_reads(const Checkpoint &ckpt, const std::vector<Target> &targets,
                                      const LoadOptions &options, const DeviceOf &device);

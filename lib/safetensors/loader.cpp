@@ -3,8 +3,9 @@
 // the read stage.  Where the registration has a host view (direct, host),
 // each file is read by its own worker (several files at once) through an
 // io_uring queue of large aligned requests.  On a compat GPU, the files
-// opened with O_DIRECT in one stream per GPU: io_uring into pinned staging,
-// each slot copied to the GPU as it lands; the other files through
+// opened with O_DIRECT by one cold reader per GPU in the cold shape
+// (cold_shape.hpp): reader threads, or one io_uring stream, into pinned
+// staging, each slot copied to the GPU as it lands; the other files through
 // File::read and the engine's own pipeline (compat, cufile).
 #include <fcntl.h>
 
@@ -32,11 +33,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using stage::available;
+using stage::ColdShape;
 using stage::ReadDecision;
 using stage::ReadRoutes;
-using stage::stream_depth;
-using stage::stream_request;
-using stage::stream_slots;
 using stage::Streamed;
 using stage::Target;
 
@@ -48,6 +47,9 @@ constexpr std::size_t kEnginePiece = std::size_t{256} << 20;
 // most of them idle for the second half), which cost a two-file checkpoint
 // a third of its warm bandwidth on the H200.
 constexpr unsigned kEnginePiecesInFlight = 3;
+// Bounds of a forced cold shape (LoadOptions::cold_*).
+constexpr std::size_t kMaxColdRequest = std::size_t{1} << 30;
+constexpr unsigned kMaxColdInFlight = 1024;
 
 struct SharedState {
   std::atomic<std::uint64_t> done{0};
@@ -147,15 +149,14 @@ void read_with_engine(File &file, const Target &target, const FileHeader &header
   }
 }
 
-// One move of every request: one long queue never drains between files or
-// segments.  Files one after another, in the segments' order: the depth
-// already spans parallel_files files' worth of requests (stream_depth), and
-// spreading requests over four files at once measured 0.97x one file on a
-// virtio disk (docs/results.md).  The mover counts bytes into shared.done as
-// they land.
+// One move of every request: the readers never drain between files or
+// segments.  The requests of all files in the segments' order, which the
+// readers take in stripes or from one cursor (ColdReader); the disk sees
+// the shape's reads at once.  The mover counts bytes into
+// shared.done as they land.
 void read_streamed(detail::GatherMover &mover, std::span<const Streamed> segments,
-                   const LoadOptions &options, SharedState &shared) {
-  const std::size_t request = stream_request(options);
+                   const ColdShape &shape, const LoadOptions &options, SharedState &shared) {
+  const std::size_t request = shape.request;
   std::vector<detail::PlannedRequest> requests;
   std::vector<const Streamed *> owner;
   for (const Streamed &st : segments) {
@@ -266,9 +267,9 @@ ReadOutcome read_all(const Checkpoint &ckpt, const LoadPlan &plan, ReadRoutes &r
     shared.finished_cv.notify_all();
   };
   const auto streamer = [&](std::size_t index, detail::GatherMover *mover,
-                            const std::vector<Streamed> *segments) {
+                            const std::vector<Streamed> *segments, const ColdShape *shape) {
     try {
-      read_streamed(*mover, *segments, options, shared);
+      read_streamed(*mover, *segments, *shape, options, shared);
     } catch (...) {
       stream_failed[index] = 1;
       record_failure();
@@ -298,7 +299,8 @@ ReadOutcome read_all(const Checkpoint &ckpt, const LoadPlan &plan, ReadRoutes &r
     threads.reserve(threads_total);
     std::size_t m = 0;
     for (const auto &entry : routes.streams) {
-      threads.emplace_back(streamer, m++, movers.at(entry.first), &entry.second);
+      threads.emplace_back(streamer, m++, movers.at(entry.first), &entry.second,
+                           &routes.shapes.at(entry.first));
     }
     for (std::size_t i = 0; i < workers; ++i) {
       threads.emplace_back(worker);
@@ -343,6 +345,14 @@ void check_options(const LoadOptions &o) {
   if (o.queue_depth == 0 || o.parallel_files == 0) {
     bad("queue depth and parallel files must be at least 1");
   }
+  if (o.cold_request % o.alignment != 0 || o.cold_request > kMaxColdRequest) {
+    bad("cold request " + std::to_string(o.cold_request) +
+        " is not a multiple of the alignment up to 1 GiB");
+  }
+  if (o.cold_in_flight > kMaxColdInFlight) {
+    bad("cold in flight " + std::to_string(o.cold_in_flight) + " is over " +
+        std::to_string(kMaxColdInFlight));
+  }
 }
 
 }  // namespace
@@ -371,16 +381,25 @@ Device &Loader::device(int device) {
   return it->second;
 }
 
-detail::GatherMover &Loader::stream(int device) {
+detail::GatherMover &Loader::stream(int device, ColdReader reader, std::size_t request,
+                                    unsigned in_flight) {
+  const std::string key = std::string(stage::reader_name(reader)) + " " +
+                          std::to_string(in_flight) + " x " + std::to_string(request);
   auto it = streams_.find(device);
-  if (it == streams_.end()) {
-    it = streams_
-             .emplace(device,
-                      detail::make_staged_mover(device, stream_depth(options_),
-                                                stream_request(options_), stream_slots(options_)))
-             .first;
+  if (it != streams_.end() && stream_shapes_[device] == key) {
+    return *it->second;
   }
-  return *it->second;
+  if (it != streams_.end()) {
+    streams_.erase(it);  // made for another shape: its staging goes first
+  }
+  std::unique_ptr<detail::GatherMover> mover =
+      reader == ColdReader::uring
+          ? detail::make_staged_mover(device, in_flight, request,
+                                      stage::uring_slots({reader, request, in_flight, {}}))
+          : detail::make_reader_threads_mover(device, in_flight, request,
+                                              reader == ColdReader::stripes);
+  stream_shapes_[device] = key;
+  return *streams_.emplace(device, std::move(mover)).first->second;
 }
 
 void Loader::warm_up(const Checkpoint &checkpoint) {
@@ -401,7 +420,8 @@ void Loader::warm_up(const Checkpoint &checkpoint) {
         stage::needs_direct_io(dev.capabilities()) ? DirectIo::required : DirectIo::preferred);
     (void)file.read(reg, 0, size, 0);
     if (dev.capabilities().staged && options_.cache != CachePolicy::buffered) {
-      (void)stream(s.device);  // its pinned staging is slow to allocate
+      const ColdShape shape = stage::cold_shape_for(options_, first.path);
+      (void)stream(s.device, shape.reader, shape.request, shape.in_flight);  // slow to allocate
     }
   }
 }
@@ -422,7 +442,8 @@ std::shared_ptr<LoadedCheckpoint> Loader::load(Checkpoint checkpoint) {
   ReadRoutes routes = stage::route_reads(ckpt, targets, options_, device_of);
   std::map<int, detail::GatherMover *> movers;
   for (const auto &entry : routes.streams) {
-    movers.emplace(entry.first, &stream(entry.first));
+    const ColdShape &shape = routes.shapes.at(entry.first);
+    movers.emplace(entry.first, &stream(entry.first, shape.reader, shape.request, shape.in_flight));
   }
   ReadOutcome outcome = read_all(ckpt, plan, routes, movers, options_, device_of);
   for (const int failed : outcome.failed_streams) {

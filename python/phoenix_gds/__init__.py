@@ -217,8 +217,13 @@ class Loader:
     compat), "direct", "compat", "cufile" or "host".  device_map: {tensor
     name prefix: device} (the longest dotted prefix wins).  cache: "auto"
     (buffered when the page cache holds the file, else O_DIRECT), "direct",
-    "buffered".  chunk_size, queue_depth, parallel_files: the I/O shape.
-    pinned: host engine into pinned memory.
+    "buffered".  chunk_size, queue_depth, parallel_files: the I/O shape
+    of host-view queues.  pinned: host engine into pinned memory.
+    cold_reader ("auto", "threads", "stripes", "uring"), cold_request (bytes per read),
+    cold_in_flight (reads at once): force a compat GPU's cold (O_DIRECT)
+    reads into another shape than the rule's (None: the rule's part;
+    docs/model-loading.md, "Cold files"); stats' per_file says which shape
+    each file got and why.
     """
 
     def __init__(
@@ -232,11 +237,15 @@ class Loader:
         queue_depth: int = 8,
         parallel_files: int = 4,
         pinned: bool = False,
+        cold_reader: str = "auto",
+        cold_request: Optional[int] = None,
+        cold_in_flight: Optional[int] = None,
     ):
         self._loader = _Loader(
             device, engine, dict(device_map) if isinstance(device_map, Mapping) else device_map,
             cache, chunk_size,
             queue_depth, parallel_files, pinned,
+            cold_reader, cold_request, cold_in_flight,
         )
 
     def warm_up(self, paths: Union[PathLike, Iterable[PathLike]]) -> None:
@@ -286,7 +295,7 @@ def load_safetensors(
     Returns {name: tensor}: :class:`phoenix_gds.Tensor` (DLPack) objects, or
     torch/numpy/cupy/jax arrays with ``framework=``.  ``options`` are
     :class:`Loader`'s (engine, device_map, cache, chunk_size, queue_depth,
-    parallel_files, pinned).  Errors raise OSError with the errno set.
+    parallel_files, pinned, cold_reader, cold_request, cold_in_flight).  Errors raise OSError with the errno set.
     The GPU's engine (copy threads, pinned staging) stays set up for the
     next call; :func:`release_idle_engines` lets it go.
     """

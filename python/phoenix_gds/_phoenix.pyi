@@ -55,7 +55,9 @@ class Loader:
     def __init__(self, device: _DeviceName = "cuda:0", engine: str = "auto",
                  device_map: Optional[Mapping[str, _DeviceName]] = None, cache: str = "auto",
                  chunk_size: int = ..., queue_depth: int = 8, parallel_files: int = 4,
-                 pinned: bool = False) -> None: ...
+                 pinned: bool = False, cold_reader: str = "auto",
+                 cold_request: Optional[int] = None,
+                 cold_in_flight: Optional[int] = None) -> None: ...
     def warm_up(self, paths: Any) -> None:
         """Opens the devices and moves one small read through each."""
     def load(self, paths: Any, progress: Optional[Callable[[int, int], None]] = None,

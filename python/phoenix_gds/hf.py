@@ -470,8 +470,8 @@ def from_pretrained(
     (``torch_dtype``), max_memory, generation_config, output_loading_info,
     attn_implementation and configuration overrides: as transformers'.
     loader_options: :class:`phoenix_gds.Loader`'s keywords (engine, cache,
-    chunk_size, queue_depth, parallel_files, pinned).  subfolder, variant,
-    ignore_mismatched_sizes, and revision "main" and use_safetensors True
+    chunk_size, queue_depth, parallel_files, pinned, cold_*).  subfolder,
+    variant, ignore_mismatched_sizes, and revision "main" and use_safetensors True
     (what a local safetensors folder is) as transformers'.
 
     Raises :class:`UnsupportedCheckpoint` (a NotImplementedError) for what it

@@ -84,9 +84,12 @@ class PyLoader {
  public:
   PyLoader(const py::object &device, const py::object &engine, const py::object &device_map,
            const py::object &cache, const py::object &chunk_size, const py::object &queue_depth,
-           const py::object &parallel_files, bool pinned)
+           const py::object &parallel_files, bool pinned, const py::object &cold_reader,
+           const py::object &cold_request, const py::object &cold_in_flight)
       : loader_(make_options(device, engine, device_map, cache, chunk_size, queue_depth,
-                             parallel_files, pinned)) {}
+                             parallel_files, pinned)) {
+    set_cold_shape(loader_, cold_reader, cold_request, cold_in_flight);
+  }
 
   void warm_up(const py::object &paths) {
     const auto files = to_paths(paths);
@@ -199,6 +202,36 @@ class PyLoader {
     o.parallel_files = int_arg<unsigned>(parallel_files, "load options: parallel_files");
     o.pinned_host = pinned;
     return o;
+  }
+
+  // LoadOptions::cold_*: None keeps the rule's part of the shape.
+  static void set_cold_shape(st::Loader &loader, const py::object &reader,
+                             const py::object &request, const py::object &in_flight) {
+    st::LoadOptions o = loader.options();
+    const std::string name = reader.is_none() ? "auto" : py::cast<std::string>(py::str(reader));
+    if (name == "auto") {
+      o.cold_reader = st::ColdReader::automatic;
+    } else if (name == "threads") {
+      o.cold_reader = st::ColdReader::threads;
+    } else if (name == "stripes") {
+      o.cold_reader = st::ColdReader::stripes;
+    } else if (name == "uring") {
+      o.cold_reader = st::ColdReader::uring;
+    } else {
+      throw ArgumentError("cold_reader \"" + name +
+                          R"(": expected "auto", "threads", "stripes" or "uring")");
+    }
+    o.cold_request =
+        request.is_none() ? 0 : int_arg<std::size_t>(request, "load options: cold_request");
+    o.cold_in_flight =
+        in_flight.is_none() ? 0 : int_arg<unsigned>(in_flight, "load options: cold_in_flight");
+    if (o.cold_request == 0 && !request.is_none()) {
+      throw ArgumentError("cold_request must be positive (None: the rule's)");
+    }
+    if (o.cold_in_flight == 0 && !in_flight.is_none()) {
+      throw ArgumentError("cold_in_flight must be positive (None: the rule's)");
+    }
+    loader = st::Loader(std::move(o));
   }
 
   st::Loader loader_;
@@ -375,12 +408,14 @@ PYBIND11_MODULE(_phoenix, m) {
 
   py::class_<PyLoader>(m, "Loader")
       .def(py::init<const py::object &, const py::object &, const py::object &, const py::object &,
-                    const py::object &, const py::object &, const py::object &, bool>(),
+                    const py::object &, const py::object &, const py::object &, bool,
+                    const py::object &, const py::object &, const py::object &>(),
            py::arg("device") = "cuda:0", py::arg("engine") = "auto",
            py::arg("device_map") = py::none(), py::arg("cache") = "auto",
            py::arg("chunk_size") = py::int_(std::size_t{32} << 20),
            py::arg("queue_depth") = py::int_(8), py::arg("parallel_files") = py::int_(4),
-           py::arg("pinned") = false)
+           py::arg("pinned") = false, py::arg("cold_reader") = "auto",
+           py::arg("cold_request") = py::none(), py::arg("cold_in_flight") = py::none())
       .def("warm_up", &PyLoader::warm_up, py::arg("paths"))
       .def("load", &PyLoader::load, py::arg("paths"), py::arg("progress") = py::none(),
            py::arg("keys") = py::none())

@@ -34,6 +34,10 @@ def test_compat_mode_picks_the_engine_of_a_new_cufile(tmp_path):
     run_child(tmp_path, "kvikio")
 
 
+def test_cold_files_in_the_rules_shape_or_a_forced_one(tmp_path):
+    run_child(tmp_path, "cold")
+
+
 def fake_gpu():
     """The fake driver, initialised, and a class of its device buffers."""
     import ctypes
@@ -186,6 +190,51 @@ def child_kvikio(scratch):
         assert f.raw_read(gpu) == size
 
 
+def child_cold(scratch):
+    """A cold file (dropped from the page cache) loaded onto the fake GPU by
+    the rule's reader threads and by forced shapes, byte for byte; stats say
+    the shape and why."""
+    import ctypes
+
+    import numpy
+
+    import phoenix_gds as phx
+    from conftest import random_tensors, write_safetensors
+
+    lib = ctypes.CDLL(os.environ["PHX_CUDA_DRIVER"])
+    path = pathlib.Path(scratch) / "cold.safetensors"
+    tensors = random_tensors(52, count=8)
+    tensors["big.weight"] = numpy.arange(3 << 20, dtype=numpy.uint32)
+    write_safetensors(path, tensors, gap=3)
+    for shape in ({}, {"cold_reader": "uring", "cold_request": 1 << 20, "cold_in_flight": 3},
+                  {"cold_reader": "threads", "cold_request": 64 << 10, "cold_in_flight": 5},
+                  {"cold_reader": "stripes", "cold_request": 128 << 10, "cold_in_flight": 7}):
+        fd = os.open(path, os.O_RDONLY)
+        os.fdatasync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+        loader = phx.Loader("cuda:0", engine="compat", **shape)
+        loaded = loader.load(path)
+        for name, want in tensors.items():
+            got = numpy.zeros(want.nbytes, dtype=numpy.uint8)
+            assert lib.cuMemcpyDtoH_v2(got.ctypes.data_as(ctypes.c_void_p),
+                                       ctypes.c_ulonglong(loaded[name].data_ptr),
+                                       ctypes.c_size_t(want.nbytes)) == 0
+            assert got.tobytes() == want.tobytes(), (shape, name)
+        (fs,) = loader.stats["per_file"]
+        if fs["mode"] != "direct":
+            continue  # a file system without O_DIRECT: no cold reader
+        assert fs["path_taken"] == ("stream" if shape.get("cold_reader") == "uring"
+                                    else "readers"), fs
+        if shape:
+            assert fs["request_bytes"] == shape["cold_request"], fs
+            assert fs["depth"] == shape["cold_in_flight"], fs
+            assert "forced:" in fs["why"], fs
+        else:
+            assert fs["why"].split("; ")[-1].startswith("rule: "), fs
+            assert fs["threads"] == fs["depth"] >= 2, fs
+
+
 if __name__ == "__main__":
-    {"file": child_file, "kvikio": child_kvikio}[sys.argv[2]](sys.argv[1])
+    {"file": child_file, "kvikio": child_kvikio, "cold": child_cold}[sys.argv[2]](sys.argv[1])
     print(f"fake cuda {sys.argv[2]}: ok")

@@ -102,7 +102,9 @@ class PhoenixLoader(Peer):
     needs_cuda = False
 
     def fresh(self):
-        self.loader = self.mods["phoenix_gds"].Loader(self.device)
+        # options["loader"]: Loader keywords (a forced cold shape); none: its defaults.
+        self.loader = self.mods["phoenix_gds"].Loader(self.device,
+                                                      **self.options.get("loader", {}))
         return self.again()
 
     def again(self):
@@ -112,7 +114,11 @@ class PhoenixLoader(Peer):
         stats = self.loader.stats
         return {"engines": {str(k): v for k, v in dict(stats.get("engines", {})).items()},
                 "library_seconds": stats.get("seconds"),
-                "allocate_seconds": stats.get("allocate_seconds")}
+                "allocate_seconds": stats.get("allocate_seconds"),
+                # The shape each file was read in, and why (cold: the rule's inputs).
+                "per_file": [{k: f.get(k) for k in ("path", "mode", "path_taken", "threads",
+                                                    "request_bytes", "depth", "resident", "why")}
+                             for f in stats.get("per_file", [])]}
 
 
 class Safetensors(Peer):

@@ -23,6 +23,7 @@ import importlib
 import importlib.metadata
 import json
 import os
+import resource
 import statistics
 import sys
 import threading
@@ -141,6 +142,26 @@ def check(peer, result, files, ref, ref_error: str) -> tuple[bool, str]:
     return verify.compare_bytes(result.read, files)
 
 
+def cpu_seconds() -> float:
+    """User + system seconds of this whole process (every thread) so far."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def evict_cold(files, job: dict) -> dict:
+    """Evicts @files; with job["zero_resident"], again (up to 20 times)
+    until mincore finds none of their pages, as readahead still in flight
+    cannot be dropped at once."""
+    state = pagecache.evict(files, drop_caches=job.get("drop_caches", True))
+    tries = 1
+    while job.get("zero_resident") and state["resident_after_evict"] and tries < 20:
+        time.sleep(0.05)
+        state = pagecache.evict(files, drop_caches=job.get("drop_caches", True))
+        tries += 1
+    state["evict_tries"] = tries
+    return state
+
+
 def run_load(job: dict, emit) -> None:
     name, files, cache = job["loader"], job["files"], job["cache"]
     device = job.get("device", "cuda:0")
@@ -185,17 +206,25 @@ def run_load(job: dict, emit) -> None:
         base["resident_before"] = pagecache.resident_fraction(files)
 
     def timed(call):
-        state = pagecache.evict(files, drop_caches=job.get("drop_caches", True)) \
-            if cache == "cold" else {}
+        state = evict_cold(files, job) if cache == "cold" else {}
+        cpu = cpu_seconds()
         start = time.perf_counter()
         result = call()
         cuda.sync()
-        return result, time.perf_counter() - start, state
+        seconds = time.perf_counter() - start
+        cpu_timed.append(cpu_seconds() - cpu)
+        return result, seconds, state
+
+    cpu_timed: list = []  # the process's CPU seconds (user + system) of each timed call
 
     def row(call: str, seconds: float, result, evictions: list, **more) -> dict:
         rec = {**base, "call": call, "seconds": seconds, "gbps": base["bytes"] / seconds / 1e9,
                "steady_how": peer.steady_how if call == "steady" else "fresh object",
                **more}
+        if cpu_timed:
+            cpu = cpu_timed[0] if call == "fresh" else statistics.median(cpu_timed)
+            rec["cpu_seconds"] = cpu
+            rec["cpu_s_per_gb"] = cpu / (base["bytes"] / 1e9)
         if evictions:
             rec["evicted_by"] = evictions[0]["evicted_by"]
             rec["resident_after_evict"] = [e["resident_after_evict"] for e in evictions]
@@ -236,6 +265,7 @@ def run_load(job: dict, emit) -> None:
     peer.release(result)
     result = None
     if steady_calls:
+        cpu_timed.clear()
         try:
             times, states = [], []
             for i in range(steady_calls):

@@ -15,6 +15,7 @@
 
 #include "fake_gpu.hpp"
 #include "phoenix/safetensors.hpp"
+#include "safetensors/cold_shape.hpp"
 #include "safetensors_test_files.hpp"
 #include "test_support.hpp"
 
@@ -89,7 +90,9 @@ TEST_F(SafetensorsCompat, ShardedCheckpointOnTwoGpusByteForByte) {
 // LoadStats::per_file: each file's read mode, path, threads and request
 // size, and why: warm files (just written) through the page cache by the
 // copy threads, the same files dropped from the page cache O_DIRECT
-// through their GPU's stream, cache=buffered said as the reason.
+// by their GPU's reader threads in the cold rule's shape (a loader that
+// reads a cold file in another shape than the rule says fails here),
+// cache=buffered said as the reason.
 TEST_F(SafetensorsCompat, StatsSayHowEachFileWasReadAndWhy) {
   (void)write_sharded(dir_);
   const auto index = dir_ / "model.safetensors.index.json";
@@ -108,9 +111,15 @@ TEST_F(SafetensorsCompat, StatsSayHowEachFileWasReadAndWhy) {
         EXPECT_GE(fs.resident, 0.5);
         EXPECT_NE(fs.why.find("page cache"), std::string::npos);
       } else if (fs.direct) {  // where the file system takes O_DIRECT
-        EXPECT_EQ(fs.path_taken, "stream");
-        EXPECT_EQ(fs.request_bytes, compat_options().chunk_size);
-        EXPECT_GE(fs.depth, 1U);
+        // The cold rule's shape for this file's disk and this machine's
+        // cores, whatever the I/O knobs of the other paths say.
+        const st::stage::ColdShape rule =
+            st::stage::cold_read_shape(st::stage::queue_limits(fs.path), st::stage::usable_cores());
+        EXPECT_EQ(fs.path_taken, "readers");
+        EXPECT_EQ(fs.request_bytes, rule.request);
+        EXPECT_EQ(fs.depth, rule.in_flight);
+        EXPECT_EQ(fs.threads, rule.in_flight);
+        EXPECT_NE(fs.why.find(rule.why), std::string::npos);
         EXPECT_LT(fs.resident, 0.5);
         EXPECT_NE(fs.why.find("O_DIRECT"), std::string::npos);
       } else {
@@ -137,10 +146,12 @@ TEST_F(SafetensorsCompat, StatsSayHowEachFileWasReadAndWhy) {
   }
 }
 
-// Larger than one of the stream's default 32 MiB requests, ending
-// mid-block; then in 1 MiB requests, two in flight over three staging
-// slots, so that every slot is taken again while its copy may still run.
-TEST_F(SafetensorsCompat, StreamOfManyRequestsByteForByte) {
+// Larger than many requests of the rule's shape, ending mid-block, by each
+// cold reader: the rule's, reader threads and an io_uring stream forced to
+// 1 MiB requests, two in flight (the stream over three staging slots, so
+// that every slot is taken again while its copy may still run), three
+// reader threads of 64 KiB requests, and five reading stripes of them.
+TEST_F(SafetensorsCompat, ColdReadersByteForByte) {
   const std::vector<TestTensor> tensors = {
       {"a", "F32", {5000001}, tensor_bytes(20000004, 31)},
       {"b", "U8", {17}, tensor_bytes(17, 32)},
@@ -148,23 +159,38 @@ TEST_F(SafetensorsCompat, StreamOfManyRequestsByteForByte) {
   };
   const auto path = dir_ / "big.safetensors";
   (void)write_safetensors(path, tensors, 3);
-  for (const bool small_requests : {false, true}) {
+  struct Shape {
+    st::ColdReader reader;
+    std::size_t request;
+    unsigned in_flight;
+  };
+  for (const Shape shape : {Shape{st::ColdReader::automatic, 0, 0},
+                            Shape{st::ColdReader::threads, std::size_t{1} << 20, 2},
+                            Shape{st::ColdReader::uring, std::size_t{1} << 20, 2},
+                            Shape{st::ColdReader::threads, std::size_t{64} << 10, 3},
+                            Shape{st::ColdReader::stripes, std::size_t{64} << 10, 5}}) {
     for (const int gpus : {1, 2}) {
-      SCOPED_TRACE(testing::Message() << gpus << " GPUs, small requests " << small_requests);
+      SCOPED_TRACE(testing::Message() << gpus << " GPUs, reader " << static_cast<int>(shape.reader)
+                                      << ", " << shape.in_flight << " x " << shape.request);
       st::LoadOptions o = compat_options();
       o.cache = st::CachePolicy::direct;
       o.devices = st::DeviceMap::parse(gpus == 2 ? "c=1" : "", 0);
-      if (small_requests) {
-        o.chunk_size = std::size_t{1} << 20;
-        o.queue_depth = 2;
-        o.parallel_files = 1;
-      }
+      o.cold_reader = shape.reader;
+      o.cold_request = shape.request;
+      o.cold_in_flight = shape.in_flight;
       const auto loaded = st::load(st::open_checkpoint(path), o);
       expect_on_gpus(*loaded, tensors, o.devices);
       if (loaded->stats.files_direct == 0) {
-        GTEST_SKIP() << dir_.path() << " has no O_DIRECT: the stream never runs there";
+        GTEST_SKIP() << dir_.path() << " has no O_DIRECT: the cold readers never run there";
       }
       EXPECT_EQ(loaded->stats.files_streamed, 1U);
+      const st::FileReadStats &fs = loaded->stats.per_file.at(0);
+      if (shape.reader != st::ColdReader::automatic) {
+        EXPECT_EQ(fs.path_taken, shape.reader == st::ColdReader::uring ? "stream" : "readers");
+        EXPECT_EQ(fs.request_bytes, shape.request);
+        EXPECT_EQ(fs.depth, shape.in_flight);
+        EXPECT_NE(fs.why.find("forced:"), std::string::npos) << fs.why;
+      }
     }
   }
 }
