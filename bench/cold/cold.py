@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Issue 52's cold-path comparison in one run (scripts/gpu-run cold).
+"""The cold-path comparison in one run (scripts/gpu-run cold).
 
   cold.py generate --scratch DIR [--scale S]
       a Llama-3-8B-shaped checkpoint of 16 layers in 4 shards (9.08 GB) and
