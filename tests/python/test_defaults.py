@@ -105,8 +105,14 @@ def test_compat_mode_is_the_default_engine(phx, defaults):
 
 
 def test_the_environment_is_what_they_read(tmp_path):
+    import phoenix_gds
+
+    # The child runs elsewhere: the package is found where this one was.
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(phoenix_gds.__file__)))
     env = dict(os.environ, PHX_ENGINE="compat", PHX_COPY_THREADS="7", PHX_COPY_CHUNK="1M",
-               PHX_STAGING_SIZE="2M")
+               PHX_STAGING_SIZE="2M",
+               PYTHONPATH=os.pathsep.join(filter(None, [package_root,
+                                                        os.environ.get("PYTHONPATH")])))
     code = ("import phoenix_gds as phx; d = phx.defaults; "
             "print(d.compat_mode().name, d.num_threads(), d.get('task_size'), "
             "d.get('bounce_buffer_size'), d.is_compat_mode_preferred())")
