@@ -30,6 +30,14 @@ per 256-token chunk, 128 MiB per 1024-token chunk, --total-bytes of them
                  local_cpu off, as LMCACHE_LOCAL_DISK configures it): one
                  file per chunk, read by its batched_get_blocking into
                  LocalCPUBackend's pinned memory objects
+  odirect-raw    no LMCache at all: the fastest plain program a user would
+                 write to put these chunks on this disk with O_DIRECT
+                 (RawODirect: one preallocated slab file, 4 threads, each
+                 with a pinned buffer and a stream of its own, GPU to
+                 buffer then pwrite; retrieval the mirror), the yardstick
+                 for LMCache's stores: its slab is O_DIRECT, so its stores
+                 go to the disk, where its posix backend's stop in the
+                 page cache
 
 The GDS rows open the slab with LMCache's initialize_gds_context
 (GdsL1Config: the slab file, O_DIRECT as its default), take chunks from
@@ -62,14 +70,18 @@ record (status "error", where it failed and why), not a stop, and a
 worker still running 10 s before --job-timeout-s ends itself with a
 "timeout" record of where it was (every thread's Python stack, every
 task's kernel wait channel).  The last records: "verify" per config,
-"summary" (medians over the rounds) and "ratio" (the goals: retrieval at
-least 1.5x the local-disk backend warm, at least 1x cold).
+"summary" (medians over the rounds), "store_summary" (each row's median
+store rate per chunk size, over every cache and round) and "ratio" (the
+goals: retrieval at least 1.5x the local-disk backend warm, at least 1x
+cold; stores at least 0.95x the raw O_DIRECT writer of the same chunks on
+the same disk).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
 import ctypes
 import ctypes.util
@@ -93,11 +105,11 @@ from phxrepro.records import add_round_arguments, goal_ratio, stdout_emitter  # 
 from phxrepro.records import manifest_header, run_worker  # noqa: E402
 
 MiB, GiB = 1 << 20, 1 << 30
-CONFIGS = ["phx", "cufile-shim", "cufile-nvidia", "posix"]
+CONFIGS = ["phx", "cufile-shim", "cufile-nvidia", "posix", "odirect-raw"]
 GDS_BACKEND = {"phx": "phx", "cufile-shim": "cufile", "cufile-nvidia": "cufile"}
 # The rows that must work: NVIDIA's cuFile is expected to fail on a
 # machine without nvidia-fs, and its failure is the record.
-MUST_WORK = {"phx", "cufile-shim", "posix"}
+MUST_WORK = {"phx", "cufile-shim", "posix", "odirect-raw"}
 TOKENS = [256, 1024]
 TOTAL_BYTES = 2 * GiB
 LAYERS, KV_HEADS, HEAD_DIM, BF16 = 32, 8, 128, 2
@@ -147,7 +159,8 @@ def symbol_file(func) -> str | None:
 def io_library(config) -> str | None:
     """Where the GDS row's read call lands: phxFileReadAsync of the
     library LMCache's phx backend loaded, or cuFileReadAsync of the
-    libcufile cufile-python opened."""
+    libcufile cufile-python opened; None for the rows without GDS
+    (posix, odirect-raw)."""
     try:
         if config == "phx":
             from lmcache.v1.gpu_connector.gds_context import get_gds_context
@@ -360,6 +373,125 @@ class Posix:
         self.thread.join(timeout=10)
 
 
+class RawODirect:
+    """No LMCache: the fastest plain program a user would write to put
+    these chunks on this disk with O_DIRECT, the yardstick for LMCache's
+    stores (LMCache opens its slab O_DIRECT, so its stores go to the disk,
+    while its posix backend's stores stop in the page cache).  One slab
+    file, preallocated, chunk i at offset i * its size; W = STAGING_CHUNKS
+    threads, each with a pinned host buffer of the largest chunk and a
+    CUDA stream of its own, thread t taking chunks t, t + W, t + 2W...:
+    GPU chunk to its buffer, then pwrite, so at most W writes are in
+    flight.  Retrieval is the mirror (preadv into the buffer, then to the
+    destination).  No fsync: the GDS rows do not fsync either."""
+
+    def __init__(self, job, device, stream):
+        import torch
+
+        del stream  # each thread has its own
+        self.path = os.path.join(job["scratch"], "raw", "slab.bin")
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_DIRECT, 0o644)
+        self.pool = None
+        try:
+            os.posix_fallocate(self.fd, 0, job["total_bytes"])
+            biggest = chunk_bytes(max(job["tokens"]))
+            self.pinned = torch.cuda.is_available()
+            self.maps, self.buffers = [], []
+            for _ in range(STAGING_CHUNKS):
+                if self.pinned:  # cudaHostAlloc: page-aligned
+                    buf = torch.empty(biggest, dtype=torch.uint8, pin_memory=True)
+                else:  # an anonymous mapping: page-aligned
+                    import mmap
+
+                    self.maps.append(mmap.mmap(-1, biggest))
+                    buf = torch.frombuffer(self.maps[-1], dtype=torch.uint8)
+                # O_DIRECT needs the memory, offsets and sizes block-aligned.
+                assert buf.data_ptr() % 4096 == 0, hex(buf.data_ptr())
+                self.buffers.append(buf)
+            self.views = [memoryview(b.numpy()) for b in self.buffers]
+            self.streams = [torch.cuda.Stream(device=device) if str(device).startswith("cuda")
+                            else None for _ in range(STAGING_CHUNKS)]
+            self.pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=STAGING_CHUNKS, thread_name_prefix="odirect")
+            # For the worker's poisoning only: this row has no GPU staging.
+            self.staging = torch.empty(1, dtype=torch.uint8, device=device)
+        except BaseException:
+            self.close()
+            raise
+
+    def _each_thread(self, part, *args):
+        futures = [self.pool.submit(part, t, *args) for t in range(STAGING_CHUNKS)]
+        for f in futures:
+            f.result()
+
+    def _store_part(self, t, size, count, source):
+        buf, view, stream = self.buffers[t][:size], self.views[t][:size], self.streams[t]
+        with stream_context(stream):
+            for i in range(t, count, STAGING_CHUNKS):
+                buf.copy_(source[i * size:(i + 1) * size], non_blocking=stream is not None)
+                if stream is not None:
+                    stream.synchronize()
+                done = 0  # no fsync after: the GDS rows' stores do not fsync either
+                while done < size:
+                    n = os.pwrite(self.fd, view[done:], i * size + done)
+                    if n <= 0:
+                        raise OSError(f"pwrite of chunk {i} wrote {n} bytes at {done}")
+                    done += n
+
+    def _retrieve_part(self, t, size, count, dest):
+        buf, view, stream = self.buffers[t][:size], self.views[t][:size], self.streams[t]
+        with stream_context(stream):
+            for i in range(t, count, STAGING_CHUNKS):
+                done = 0
+                while done < size:
+                    n = os.preadv(self.fd, [view[done:]], i * size + done)
+                    if n <= 0:
+                        raise OSError(f"preadv of chunk {i} read {n} bytes at {done}")
+                    done += n
+                dest[i * size:(i + 1) * size].copy_(buf, non_blocking=stream is not None)
+                if stream is not None:
+                    stream.synchronize()  # before the buffer takes the next chunk
+
+    def store(self, tokens, count, source, d2h):
+        del d2h  # no LMCache
+        self._each_thread(self._store_part, chunk_bytes(tokens), count, source)
+
+    def slots(self, tokens):
+        size = chunk_bytes(tokens)
+        return [b[:size] for b in self.buffers]
+
+    def files(self):
+        return [self.path]
+
+    def stored(self, i, size):
+        """Chunk @i in the slab, read by the host without O_DIRECT
+        (diagnosis only)."""
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            return os.pread(fd, size, i * size)
+        finally:
+            os.close(fd)
+
+    def retrieve(self, tokens, dest, h2d):
+        del h2d  # no LMCache
+        size = chunk_bytes(tokens)
+        self._each_thread(self._retrieve_part, size, dest.numel() // size, dest)
+        synchronize()
+        return {}
+
+    def release(self):
+        """Nothing: the next size's chunks overwrite these."""
+
+    def close(self):
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+            self.pool = None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
 def stream_context(stream):
     import torch
 
@@ -486,11 +618,15 @@ def worker(job) -> int:
     where = {"stage": "import"}
     Watchdog(job["timeout_s"], emit, base, where).start()
     try:
-        dispatch, h2d, d2h = lmcache_copies()
+        if job["config"] == "odirect-raw":  # no LMCache: none of its calls
+            dispatch, h2d, d2h = "none (no LMCache)", None, None
+        else:
+            dispatch, h2d, d2h = lmcache_copies()
         stream = torch.cuda.Stream(device=device) if cuda else None
         where["stage"] = "setup"
         start = time.perf_counter()
-        side = (Posix if job["config"] == "posix" else Gds)(job, device, stream)
+        side = {"posix": Posix, "odirect-raw": RawODirect}.get(job["config"], Gds)(
+            job, device, stream)
         setup_seconds = time.perf_counter() - start
     except Exception as exc:  # noqa: BLE001  (a config that cannot start is a record)
         for tokens in job["tokens"]:
@@ -554,7 +690,7 @@ def worker(job) -> int:
                         "resident_before_max": max((r or 0) for r in resident)})
             if extra and "disk_seconds" in extra[0]:
                 rec["disk_seconds"] = [e["disk_seconds"] for e in extra]
-            if job["config"] == "posix":
+            if job["config"] in ("posix", "odirect-raw"):
                 rec["pinned"] = side.pinned
             where["stage"] = "release"
             side.release()
@@ -607,7 +743,7 @@ def config_env(base: dict, config: str, build: pathlib.Path, scratch: pathlib.Pa
             if p and os.path.abspath(p) not in ours]
     preload = [p for p in env.get("LD_PRELOAD", "").split(":")
                if p and "libcufile" not in os.path.basename(p)]
-    first = []
+    first = []  # posix, odirect-raw: no library folder of ours
     if config == "phx":
         first = [str(build / "lib" / "phxfile")]
     elif config == "cufile-shim":
@@ -731,6 +867,17 @@ def summarise(records):
                         "rounds": len(rows),
                         "resident_before_max": max(r["resident_before_max"] for r in rows)})
 
+    # Stores: each row's median over every ok record of a chunk size
+    # (every cache and round stores the same chunks the same way).
+    for config, tokens in sorted({(r["config"], r["tokens"]) for r in ok}):
+        rows = [r for r in ok if (r["config"], r["tokens"]) == (config, tokens)]
+        medians[(config, "store", tokens, "store")] = statistics.median(
+            r["store_gbps"] for r in rows)
+        out.append({"kind": "store_summary", "config": config, "tokens": tokens,
+                    "store_gbps": medians[(config, "store", tokens, "store")],
+                    "chunk_bytes": rows[0]["chunk_bytes"], "bytes": rows[0]["bytes"],
+                    "rounds": len(rows)})
+
     def ratio(goal, a, b, at_least):
         if rec := goal_ratio(goal, medians, a, b, at_least):
             out.append(rec)
@@ -744,6 +891,10 @@ def summarise(records):
                 ratio(f"cold: LMCache {gds} at least 1x its local-disk backend "
                       f"({tokens}-token chunks, {row})", (gds, "cold", tokens, row),
                       ("posix", "cold", tokens, row), 1.0)
+        for gds in ("phx", "cufile-shim", "cufile-nvidia"):
+            ratio(f"stores: LMCache {gds} at least 0.95x a raw O_DIRECT writer "
+                  f"({tokens}-token chunks)", (gds, "store", tokens, "store"),
+                  ("odirect-raw", "store", tokens, "store"), 0.95)
     return out
 
 
