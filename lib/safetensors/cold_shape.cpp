@@ -12,13 +12,16 @@
 // copy, and more threads than cores only queue behind each other.
 #include "safetensors/cold_shape.hpp"
 
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
-#include <fstream>
+#include <cerrno>
+#include <charconv>
 #include <system_error>
 #include <thread>
 
@@ -27,13 +30,47 @@ namespace {
 
 constexpr std::uint64_t kPage = 4096;
 
-std::uint64_t read_number(const std::filesystem::path &file) {
-  std::ifstream in(file);
+// A sysfs number; 0 where it could not be read or parsed, and then the
+// first such failure (the file and errno) in @p error.
+std::uint64_t read_number(const std::filesystem::path &file, std::string &error) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (error.empty()) {
+      error = file.string() + ": " + std::generic_category().message(errno);
+    }
+    return 0;
+  }
+  char text[64];
+  const ssize_t n = ::read(fd, text, sizeof(text) - 1);
+  const int read_errno = errno;
+  ::close(fd);
+  if (n <= 0) {
+    if (error.empty()) {
+      error =
+          file.string() + ": " + (n < 0 ? std::generic_category().message(read_errno) : "empty");
+    }
+    return 0;
+  }
   std::uint64_t value = 0;
-  if (!(in >> value)) {
+  const auto [end, ec] = std::from_chars(text, text + n, value);
+  if (ec != std::errc{} || end == text) {
+    if (error.empty()) {
+      error = file.string() + ": not a number";
+    }
     return 0;
   }
   return value;
+}
+
+// The limits in @p queue; false (and @p limits.unread set) where neither
+// request-size limit could be read.
+bool read_queue(const std::filesystem::path &queue, QueueLimits &limits) {
+  std::string error;
+  limits.max_sectors_kb = read_number(queue / "max_sectors_kb", error);
+  limits.max_segments = read_number(queue / "max_segments", error);
+  limits.nr_requests = read_number(queue / "nr_requests", error);
+  limits.unread = error;
+  return limits.max_sectors_kb != 0 || limits.max_segments != 0;
 }
 
 std::string kib(std::size_t bytes) {
@@ -59,14 +96,15 @@ QueueLimits queue_limits(const std::filesystem::path &path, const std::filesyste
   if (std::filesystem::exists(disk / "partition", ec)) {
     disk = disk.parent_path();
   }
-  const std::filesystem::path queue = disk / "queue";
-  if (!std::filesystem::is_directory(queue, ec)) {
-    return limits;
-  }
   limits.disk = disk.filename().string();
-  limits.max_sectors_kb = read_number(queue / "max_sectors_kb");
-  limits.max_segments = read_number(queue / "max_segments");
-  limits.nr_requests = read_number(queue / "nr_requests");
+  if (!read_queue(disk / "queue", limits)) {
+    QueueLimits by_name;
+    by_name.disk = limits.disk;
+    if (read_queue(sys_root / "block" / limits.disk / "queue", by_name)) {
+      limits = by_name;
+      disk = sys_root / "block" / limits.disk;
+    }
+  }
   std::uint64_t queues = 0;
   for (const auto &entry : std::filesystem::directory_iterator(disk / "mq", ec)) {
     queues += entry.is_directory(ec) ? 1 : 0;
@@ -91,7 +129,8 @@ ColdShape cold_read_shape(const QueueLimits &limits, unsigned cores) {
   }
   if (whole == 0) {
     shape.request = kFallbackRequest;
-    from = "no queue limits for this file";
+    from =
+        "no queue limits for this file" + (limits.unread.empty() ? "" : " (" + limits.unread + ")");
   } else {
     shape.request = static_cast<std::size_t>(
         std::clamp<std::uint64_t>(std::bit_floor(whole), kMinRequest, kMaxRequest));

@@ -23,9 +23,12 @@ struct QueueLimits {
   std::uint64_t max_segments = 0;    // scatter-gather entries per request
   std::uint64_t nr_requests = 0;     // requests each hardware queue holds
   std::uint64_t hw_queues = 0;       // mq/ entries
+  std::string unread;                // why the limits of a disk found are 0 ("" if read)
 };
 
-// The limits of the disk holding @p path, read under @p sys_root ("/sys").
+// The limits of the disk holding @p path, read under @p sys_root ("/sys"):
+// in the queue/ of the device /sys/dev/block/MAJ:MIN resolves to, else in
+// block/<its name>/queue (the same directory by the name udev gives it).
 [[nodiscard]] QueueLimits queue_limits(const std::filesystem::path &path,
                                        const std::filesystem::path &sys_root = "/sys");
 
