@@ -14,7 +14,10 @@ worker right before the call.  Rounds rotate the order of the configs.
 Rows: "transformers" (its from_pretrained), "phoenix" (phoenix_gds.hf,
 with its phases: {phase: [start, end]} seconds, from hf.last_phases()),
 "loader" (phoenix_gds.load_safetensors alone: the bytes without a model),
-and cold raw readers of the same files into host memory (no GPU copy):
+"transformers-mixed" and "phoenix-mixed" (a mixed device_map: the
+embeddings and the first half of the layers on the GPU, the rest, the
+final norm and lm_head on the CPU, where offloading users put them; the
+worker records each parameter's device), and cold raw readers of the same files into host memory (no GPU copy):
 buffered and O_DIRECT, threads each reading one contiguous range.
 Records are JSON lines; the summary, phoenix's median phases and the
 goals' ratios come last.
@@ -39,7 +42,7 @@ from phxrepro.peers import pagecache  # noqa: E402
 from phxrepro.records import add_round_arguments, goal_ratio  # noqa: E402
 from phxrepro.records import manifest_header, run_worker  # noqa: E402
 
-MODEL_CONFIGS = ["transformers", "phoenix", "loader"]
+MODEL_CONFIGS = ["transformers", "phoenix", "loader", "transformers-mixed", "phoenix-mixed"]
 RAW_CONFIGS = ["raw-buffered-16x16M", "raw-buffered-4x64M", "raw-direct-16x16M"]
 PROMPT = [128000, 791, 6864, 315, 9822, 374, 12366, 13, 578, 6864]
 
@@ -115,6 +118,18 @@ def checkpoint_bytes(folder: pathlib.Path) -> int:
     return sum(os.path.getsize(p) for p in shard_files(folder))
 
 
+def mixed_map(folder: str, device: str) -> dict:
+    """The mixed device_map of the "-mixed" rows: the GPU holds the
+    embeddings, the rotary tables and the first half of the layers; the CPU
+    the other half, the final norm and lm_head."""
+    layers = json.loads((pathlib.Path(folder) / "config.json").read_text())["num_hidden_layers"]
+    gpu = layers // 2
+    placement = {"model.embed_tokens": device, "model.rotary_emb": device,
+                 "model.norm": "cpu", "lm_head": "cpu"}
+    placement.update({f"model.layers.{i}": device if i < gpu else "cpu" for i in range(layers)})
+    return placement
+
+
 def load_model(config: str, folder: str, device: str):
     import torch
 
@@ -124,13 +139,14 @@ def load_model(config: str, folder: str, device: str):
         return phoenix_gds.load_safetensors(folder, device, framework="torch")
     from transformers import AutoModelForCausalLM
 
-    if config == "transformers":
-        return AutoModelForCausalLM.from_pretrained(folder, device_map=device,
+    device_map = mixed_map(folder, device) if config.endswith("-mixed") else device
+    if config.startswith("transformers"):
+        return AutoModelForCausalLM.from_pretrained(folder, device_map=device_map,
                                                     dtype=torch.bfloat16)
-    if config == "phoenix":
+    if config.startswith("phoenix"):
         from phoenix_gds import hf
 
-        return hf.from_pretrained(AutoModelForCausalLM, folder, device_map=device,
+        return hf.from_pretrained(AutoModelForCausalLM, folder, device_map=device_map,
                                   dtype=torch.bfloat16)
     raise ValueError(config)
 
@@ -212,12 +228,15 @@ def worker(job) -> int:
         seconds = time.perf_counter() - start
         rec.update({"status": "ok", "seconds": seconds, "bytes": moved,
                     "gbps": moved / seconds / 1e9})
-        if job["config"] == "phoenix":
+        if job["config"].startswith("phoenix"):
             rec["phases"] = hf.last_phases()
-        if job["config"] in ("transformers", "phoenix"):
+        if job["config"].startswith(("transformers", "phoenix")):
             params = list(model.parameters())
             rec["on_device"] = all(str(p.device) == str(torch.device(device)) for p in params)
             rec["dtypes"] = sorted({str(p.dtype) for p in params})
+            if job["config"].endswith("-mixed"):
+                rec["devices"] = {d: sum(p.numel() for p in params if str(p.device) == d)
+                                  for d in sorted({str(p.device) for p in params})}
     except Exception as exc:  # noqa: BLE001  (a failing config is a record)
         rec.update({"status": "error", "error": repr(exc)[:800]})
     print(json.dumps(rec), flush=True)
@@ -230,16 +249,12 @@ def _bits(t):
     return t.detach().contiguous().reshape(-1).view(torch.uint8)
 
 
-def verify(args) -> dict:
-    """Both models in one process: every parameter and buffer compared bit
-    for bit (dtype, shape, device), and 16 greedy tokens of a fixed prompt."""
+def compare(ours, ref) -> tuple[list[str], dict]:
+    """Every parameter and buffer of @ours against @ref: dtype, shape,
+    device and bits; the names that differ, and the counts."""
     import torch
 
-    folder = str(pathlib.Path(args.dir))
-    ref = load_model("transformers", folder, args.device)
-    ours = load_model("phoenix", folder, args.device)
-    rec = {"kind": "verify", "dir": folder}
-    mismatched = []
+    mismatched, counts = [], {}
     for kind in ("named_parameters", "named_buffers"):
         a = dict(getattr(ours, kind)(remove_duplicate=False))
         b = dict(getattr(ref, kind)(remove_duplicate=False))
@@ -251,15 +266,40 @@ def verify(args) -> dict:
             if (x.dtype, x.shape, x.device) != (y.dtype, y.shape, y.device) or not torch.equal(
                     _bits(x), _bits(y)):
                 mismatched.append(name)
-        rec[kind.replace("named_", "")] = len(b)
+        counts[kind.replace("named_", "")] = len(b)
+    return mismatched, counts
+
+
+def verify(args) -> dict:
+    """Both models in one process: every parameter and buffer compared bit
+    for bit (dtype, shape, device), and 16 greedy tokens of a fixed prompt;
+    then both with the mixed device_map, compared the same way (no tokens:
+    half the layers run on the CPU)."""
+    import torch
+
+    folder = str(pathlib.Path(args.dir))
+    ref = load_model("transformers", folder, args.device)
+    ours = load_model("phoenix", folder, args.device)
+    rec = {"kind": "verify", "dir": folder}
+    mismatched, counts = compare(ours, ref)
+    rec.update(counts)
     prompt = torch.tensor([PROMPT], device=args.device)
     with torch.no_grad():
         got = ours.generate(prompt, max_new_tokens=16, do_sample=False)
         want = ref.generate(prompt, max_new_tokens=16, do_sample=False)
+    del ref, ours
+    mixed_ref = load_model("transformers-mixed", folder, args.device)
+    mixed_ours = load_model("phoenix-mixed", folder, args.device)
+    mixed_mismatched, mixed_counts = compare(mixed_ours, mixed_ref)
+    devices = sorted({str(p.device) for p in mixed_ours.parameters()})
+    del mixed_ref, mixed_ours
+    same = not mismatched and got.tolist() == want.tolist() and not mixed_mismatched
     rec.update({"mismatched": mismatched[:20], "identical": not mismatched,
                 "tokens": got[0, len(PROMPT):].tolist(),
                 "same_tokens": got.tolist() == want.tolist(),
-                "status": "ok" if not mismatched and got.tolist() == want.tolist() else "failed"})
+                "mixed": {**mixed_counts, "mismatched": mixed_mismatched[:20],
+                          "identical": not mixed_mismatched, "devices": devices},
+                "status": "ok" if same else "failed"})
     print(json.dumps(rec), flush=True)
     return rec
 
@@ -297,6 +337,13 @@ def summarise(records):
           ("transformers", "cold"), 1.0)
     ratio("cold: phoenix within 1.05x of the loader alone", ("phoenix", "cold"),
           ("loader", "cold"), 1 / 1.05)
+    for cache in ("warm", "cold"):
+        # Not a goal: how the mixed device_map compares, side by side.
+        a, b = ("phoenix-mixed", cache), ("transformers-mixed", cache)
+        if a in medians and b in medians:
+            out.append({"kind": "compare", "what": f"{cache}, mixed device_map: how many times "
+                        "faster phoenix is than transformers", "ratio": medians[b] / medians[a],
+                        "numerator": list(b), "denominator": list(a)})
     raws = [k for k in medians if k[0].startswith("raw-") and k[1] == "cold"]
     if raws:
         best = min(raws, key=lambda k: medians[k])
