@@ -5,22 +5,52 @@
       a Llama-3-8B-shaped checkpoint of 16 layers in 4 shards (9.08 GB) and
       the 6.44 GB single file, kept for the next run
   cold.py run --scratch DIR --out DIR --sweep BIN [--rounds 5] ...
-      on each file set: rounds of cold calls, each in a fresh process with
-      CUDA up and none of the files resident before it (mincore), in an
-      order rotated by one each round: phoenix_gds.Loader's default (the
-      cold rule's shape; its stats name the shape and why), fastsafetensors'
-      default (nogds=True), and a pruned sweep of compiled raw readers
-      (phx-coldsweep, the disk's request counters with each); then warm
-      first calls of ours against 16 threads reading into pinned memory and
-      instanttensor's buffered mode; then four loads at once against four
-      in a row; then, with the budget left, ours in forced shapes (8, 32
-      and 64 reader threads, the rule's threads sharing one cursor in file
-      order, io_uring 32 x 512 KiB) against ours by the
-      rule on the sharded set (phase "variants": data to judge the rule
-      by, not goals).  Every tensor load is compared with safetensors' own load
-      (the first round of each loader; --verify-all: every round).  Writes
-      OUT/cold.jsonl (records, then summary and goal ratios) and
-      OUT/manifest.json.
+      cold calls, each in a fresh process with CUDA up and none of the
+      files resident before it (mincore), in blocks run in this order:
+        pairs       per round, on each file set, phoenix_gds.Loader's
+                    default (the cold rule's shape; its stats name the
+                    shape and why) and fastsafetensors' default
+                    (nogds=True) one right after the other: ours first in
+                    even rounds, fastsafetensors first in odd ones;
+        warm        warm first calls of ours against 16 threads reading
+                    into pinned memory and instanttensor's buffered mode;
+        concurrent  four loads at once against four in a row;
+        sweep       on each file set, --sweep-rounds (default 1) of a
+                    pruned sweep of compiled raw readers (phx-coldsweep,
+                    the disk's request counters with each), rotated;
+        variants    with the budget left, ours in forced shapes (8, 32 and
+                    64 reader threads, the rule's threads sharing one
+                    cursor in file order, io_uring 32 x 512 KiB) against
+                    ours by the rule on the sharded set (phase "variants":
+                    data to judge the rule by, not goals).
+      Every tensor load is compared with safetensors' own load (the first
+      round of each loader; --verify-all: every round), read after the
+      timed call.  Writes OUT/cold.jsonl (records, then summary and goal
+      ratios) and OUT/manifest.json.
+
+Order.  A virtio disk's backing store caches on its host too, so a load
+right after another load of the same files reads faster (up to 30 % in
+the first GPU run, which rotated ours, fastsafetensors and the sweep
+together and so put fastsafetensors right after ours in 3 of 5 rounds).
+The goal pair therefore runs adjacent, its order alternating by round,
+with nothing else between rounds on the same files (the other file set's
+pair runs between them), so over the rounds each member follows itself
+and the other alike.  Every load record says where it ran: "block",
+"order" (its index in the round's block) and "after" (the load that ran
+last on the same files before it; None for the run's first) with
+"after_verified" (whether that load's reference read the files again).
+The summary has a "paired" record per round where both ran (ratio: ours'
+GB/s over fastsafetensors'), and the goal's ratio record (from the
+medians, as every goal's) adds "median_paired_ratio", the median of those
+per-round ratios, the figure to report beside the medians.  With an odd
+--rounds (gpu-run passes 5) ours runs first in one round more; the record
+also gives "order_balanced_ratio", the geometric mean of the median
+paired ratio of the rounds ours ran first and of those it ran second.
+
+Budget.  The pairs' first round runs on every file set; a later round's
+pair runs only if, by the median time of the loads so far, it leaves the
+warm and concurrent blocks their time; those two then run, and the sweep
+and variants get what is left.  What did not fit is a "skipped" record.
 
 The sweep is pruned to what fits one bounded command (about 4 s a reader
 on 9 GB): the shapes the issue measured (16 threads x 512 KiB in file
@@ -71,6 +101,17 @@ SWEEP = {
 SWEEP_SINGLE = ["pread-16x512K", "pread-64x512K", "uring-fixed-d32x512K", "uring-d32x32M"]
 OURS = "phoenix-loader"
 PEER = "fastsafetensors"
+# Budget reserved, while the pairs run, for the blocks after them: one
+# load's time per warm call, this many per concurrent job (four loads
+# and four comparisons in one process).
+CONCURRENT_LOADS = 2
+
+
+def pair_order(rnd: int) -> list[str]:
+    """The goal pair's order in round @rnd: ours first in even rounds,
+    the peer first in odd ones (rotated() over more than the pair would
+    not alternate it)."""
+    return [OURS, PEER] if rnd % 2 == 0 else [PEER, OURS]
 # Ours with a forced cold shape, cold on the sharded set, with the budget
 # left after the goals' measurements: how the loader's speed follows the
 # in-flight count and the reader, to judge the rule by (not goals).
@@ -156,9 +197,12 @@ def run_sweep(args, name: str, extra: list[str], files: list[str], fileset: str,
 def concurrent(args, files: list[str], fileset: str, how: str) -> list[dict]:
     job = {"mode": "concurrent", "loader": "phoenix", "files": files, "n": 4, "how": how,
            "device": args.device, "fileset": fileset}
-    done = subprocess.run([sys.executable, "-m", "phxrepro.peers.worker", json.dumps(job)],
-                          cwd=ROOT / "bench", capture_output=True, text=True,
-                          timeout=args.job_timeout_s * 2, check=False)
+    try:
+        done = subprocess.run([sys.executable, "-m", "phxrepro.peers.worker", json.dumps(job)],
+                              cwd=ROOT / "bench", capture_output=True, text=True,
+                              timeout=args.job_timeout_s * 2, check=False)
+    except subprocess.TimeoutExpired:
+        return [{"kind": "concurrent", "how": how, "fileset": fileset, "status": "timeout"}]
     rows = [json.loads(ln) for ln in done.stdout.splitlines() if ln.startswith("{")]
     return rows or [{"kind": "concurrent", "how": how, "fileset": fileset, "status": "error",
                      "error": done.stderr[-800:]}]
@@ -223,6 +267,13 @@ def summarise(records: list[dict]) -> list[dict]:
             ("warm", "pinned_read"), 0.95)
         add("warm: ours >= 1.3x instanttensor buffered", ("warm", OURS),
             ("warm", "instanttensor-buffered"), 1.3)
+    pairs = paired(records)
+    out.extend(pairs)
+    for rec in out:
+        if rec.get("kind") == "ratio" and rec.get("numerator") == [rec["fileset"], "cold", OURS] \
+                and rec.get("denominator") == [rec["fileset"], "cold", PEER]:
+            rec.update(paired_summary([p for p in pairs if p["fileset"] == rec["fileset"]],
+                                      rec["at_least"]))
     conc = {(r["fileset"], r["how"]): r for r in records
             if r.get("kind") == "concurrent" and r.get("status") == "ok"}
     for fileset in sorted({k[0] for k in conc}):
@@ -234,6 +285,41 @@ def summarise(records: list[dict]) -> list[dict]:
                         "ratio": in_row / together, "at_least": 1.0,
                         "met": together <= in_row})
     return out
+
+
+def paired(records: list[dict]) -> list[dict]:
+    """Per round and file set where both of the goal pair's cold calls are
+    ok: ours' GB/s over the peer's, and which ran first."""
+    calls = {(r["fileset"], r["round"], r["method"]): r for r in records
+             if r.get("kind") == "load" and r.get("block") == "pair"
+             and r.get("status") == "ok" and r.get("call", "fresh") == "fresh"}
+    out = []
+    for fileset, rnd in sorted({(k[0], k[1]) for k in calls}):
+        ours, peer = calls.get((fileset, rnd, OURS)), calls.get((fileset, rnd, PEER))
+        if ours and peer:
+            first = ours if ours["order"] < peer["order"] else peer
+            out.append({"kind": "paired", "fileset": fileset, "round": rnd,
+                        "first": first["method"], "ratio": ours["gbps"] / peer["gbps"],
+                        "ours_gbps": ours["gbps"], "peer_gbps": peer["gbps"],
+                        "ours_after": ours.get("after"), "peer_after": peer.get("after")})
+    return out
+
+
+def paired_summary(pairs: list[dict], at_least: float) -> dict:
+    """The fields the pair's goal record adds: the median per-round ratio,
+    how many rounds each ran first, and the order-balanced ratio."""
+    if not pairs:
+        return {"paired_rounds": 0}
+    ratios = [p["ratio"] for p in pairs]
+    by_first = {who: [p["ratio"] for p in pairs if p["first"] == who] for who in (OURS, PEER)}
+    rec = {"median_paired_ratio": statistics.median(ratios), "paired_rounds": len(pairs),
+           "paired_ratios": [round(x, 4) for x in ratios],
+           "paired_first": {who: len(v) for who, v in by_first.items()}}
+    rec["median_paired_met"] = rec["median_paired_ratio"] >= at_least
+    if all(by_first.values()):
+        rec["order_balanced_ratio"] = (statistics.median(by_first[OURS])
+                                       * statistics.median(by_first[PEER])) ** 0.5
+    return rec
 
 
 def run(args) -> int:
@@ -251,6 +337,8 @@ def run(args) -> int:
                              for k, v in sets.items()},
                 "rounds": args.rounds, "sweep_rounds": args.sweep_rounds,
                 "warm_rounds": args.warm_rounds, "device": args.device,
+                "blocks": ["pair", "warm", "concurrent", "sweep", "variants"],
+                "pair_orders": [pair_order(r) for r in range(args.rounds)],
                 "sweep": {k: " ".join(v) for k, v in SWEEP.items()},
                 "disk": disk_facts(next(iter(sets.values()))[0]) if sets else {}}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
@@ -263,62 +351,106 @@ def run(args) -> int:
             records.append(rec)
             sink.write(json.dumps(rec, default=str) + "\n")
             sink.flush()
-            brief = {k: rec.get(k) for k in ("kind", "fileset", "cache", "method", "round",
-                                             "status", "gbps", "cpu_s_per_gb", "disk_requests",
-                                             "error")}
+            brief = {k: rec.get(k) for k in ("kind", "block", "fileset", "cache", "method",
+                                             "round", "order", "after", "status", "gbps",
+                                             "cpu_s_per_gb", "disk_requests", "error")}
             print(json.dumps({k: v for k, v in brief.items() if v is not None}), flush=True)
 
     def skipped(what):
         keep([{"kind": "skipped", "what": what, "reason": "--budget-s reached"}])
 
     with sink:
-        for fileset, files in sets.items():
-            sweep = list(SWEEP) if fileset != "single" else SWEEP_SINGLE
-            ours_shape: list[str] = []
-            for rnd in range(max(args.rounds, args.sweep_rounds)):
-                items = ([OURS, PEER] if rnd < args.rounds else []) + \
-                        (sweep + (["raw-ours"] if ours_shape else []) if rnd < args.sweep_rounds
-                         else [])
-                for item in rotated(items, rnd):
-                    if time.monotonic() > deadline:
-                        skipped(f"{fileset} cold round {rnd} {item}")
-                        continue
-                    if item in (OURS, PEER):
-                        rows = run_loader(args, item, files, fileset, "cold", rnd,
-                                          verify=args.verify_all or rnd == 0)
-                        for r in rows:
-                            pf = r.get("per_file") or []
-                            if item == OURS and pf and pf[0].get("path_taken") == "readers":
-                                stripes = "reader=threads" not in (pf[0].get("why") or "")
-                                ours_shape = ["--method", "pread", "--threads",
-                                              str(pf[0]["threads"]), "--block",
-                                              f"{pf[0]['request_bytes'] >> 10}K", "--order",
-                                              "ranges" if stripes else "file"]
-                        keep(rows)
-                    else:
-                        extra = ours_shape if item == "raw-ours" else SWEEP[item]
-                        keep(run_sweep(args, item, extra, files, fileset, rnd))
-        warm_set = next(iter(sets))
-        for rnd in range(args.warm_rounds):
-            for item in rotated([OURS, "pinned_read", "instanttensor-buffered"], rnd):
-                if time.monotonic() > deadline:
-                    skipped(f"warm round {rnd} {item}")
+        warm_set = next(iter(sets), None)
+        last_on: dict = {}  # file set -> (the last load on its files, whether verified)
+        walls: dict = {}    # block -> seconds each of its jobs took, to plan by
+        ours_shape: dict = {}  # file set -> phx-coldsweep arguments of ours' shape
+
+        def estimate(block: str = "pair") -> float:
+            seen = walls.get(block) or walls.get("pair") or [0.0]
+            return statistics.median(seen)
+
+        def fits(seconds: float) -> bool:
+            return time.monotonic() + seconds <= deadline
+
+        def placed(rows, label, fileset, block, order, seconds):
+            """Says where @rows ran; @label is now the last load on the files
+            (unless it never started: an unavailable loader reads nothing),
+            verified where a record was compared (the reference or the
+            comparison read the files again after it)."""
+            before, before_verified = last_on.get(fileset, (None, False))
+            for r in rows:
+                r.update(block=block, order=order, after=before, after_verified=before_verified,
+                         job_seconds=round(seconds, 3))
+            walls.setdefault(block, []).append(seconds)
+            if any(r.get("status") != "unavailable" for r in rows):
+                last_on[fileset] = (label, any(r.get("verified") is not None for r in rows))
+            return rows
+
+        def load(name, files, fileset, cache, rnd, block, order, verify, label=None, **job):
+            begun = time.monotonic()
+            rows = run_loader(args, name, files, fileset, cache, rnd, verify=verify, **job)
+            return placed(rows, label or name, fileset, block, order, time.monotonic() - begun)
+
+        # Pairs: round 0 on every file set; a later round only where it
+        # leaves the warm and concurrent blocks their estimated time.
+        def reserve() -> float:
+            return estimate() * (3 * args.warm_rounds + 2 * CONCURRENT_LOADS)
+
+        for rnd in range(args.rounds):
+            for fileset, files in sets.items():
+                need = 0.0 if rnd == 0 else 2 * estimate() + reserve()
+                if not fits(need):
+                    skipped(f"{fileset} cold pair round {rnd}")
                     continue
-                keep(run_loader(args, item, sets[warm_set], warm_set, "warm", rnd,
-                                verify=args.verify_all or rnd == 0))
-        for how in ("sequential", "threads"):
-            if time.monotonic() > deadline:
-                skipped(f"concurrency {how}")
-                continue
-            keep(concurrent(args, sets[warm_set], warm_set, how))
-        for rnd in range(args.variant_rounds):
-            for item in rotated([OURS, *VARIANTS], rnd):
-                if time.monotonic() > deadline:
+                for order, item in enumerate(pair_order(rnd)):
+                    rows = load(item, files, fileset, "cold", rnd, "pair", order,
+                                verify=args.verify_all or rnd == 0)
+                    for r in rows:
+                        pf = r.get("per_file") or []
+                        if item == OURS and pf and pf[0].get("path_taken") == "readers":
+                            stripes = "reader=threads" not in (pf[0].get("why") or "")
+                            ours_shape[fileset] = [
+                                "--method", "pread", "--threads", str(pf[0]["threads"]),
+                                "--block", f"{pf[0]['request_bytes'] >> 10}K", "--order",
+                                "ranges" if stripes else "file"]
+                    keep(rows)
+        if warm_set is not None:
+            for rnd in range(args.warm_rounds):
+                for order, item in enumerate(rotated([OURS, "pinned_read",
+                                                      "instanttensor-buffered"], rnd)):
+                    if not fits(0.0):
+                        skipped(f"warm round {rnd} {item}")
+                        continue
+                    keep(load(item, sets[warm_set], warm_set, "warm", rnd, "warm", order,
+                              verify=args.verify_all or rnd == 0))
+            for order, how in enumerate(("sequential", "threads")):
+                if not fits(0.0):
+                    skipped(f"concurrency {how}")
+                    continue
+                begun = time.monotonic()
+                rows = concurrent(args, sets[warm_set], warm_set, how)
+                keep(placed(rows, f"phoenix x4 {how}", warm_set, "concurrent", order,
+                            time.monotonic() - begun))
+        for rnd in range(args.sweep_rounds):
+            for fileset, files in sets.items():
+                sweep = list(SWEEP) if fileset != "single" else SWEEP_SINGLE
+                items = sweep + (["raw-ours"] if fileset in ours_shape else [])
+                for order, item in enumerate(rotated(items, rnd)):
+                    if not fits(estimate("sweep")):
+                        skipped(f"{fileset} sweep round {rnd} {item}")
+                        continue
+                    extra = ours_shape[fileset] if item == "raw-ours" else SWEEP[item]
+                    begun = time.monotonic()
+                    rows = run_sweep(args, item, extra, files, fileset, rnd)
+                    keep(placed(rows, item, fileset, "sweep", order, time.monotonic() - begun))
+        for rnd in range(args.variant_rounds if warm_set is not None else 0):
+            for order, item in enumerate(rotated([OURS, *VARIANTS], rnd)):
+                if not fits(estimate("variants")):
                     skipped(f"variants round {rnd} {item}")
                     continue
                 options = {"loader": VARIANTS[item]} if item in VARIANTS else {}
-                rows = run_loader(args, OURS, sets[warm_set], warm_set, "cold", rnd,
-                                  verify=False, options=options)
+                rows = load(OURS, sets[warm_set], warm_set, "cold", rnd, "variants", order,
+                            verify=False, label=item, options=options)
                 for r in rows:
                     r["method"] = item if item in VARIANTS else OURS
                     r["phase"] = "variants"
@@ -366,7 +498,8 @@ def main() -> int:
     r.add_argument("--device", default="cuda:0")
     r.add_argument("--filesets", default="llama-16l,single")
     r.add_argument("--rounds", type=int, default=5, help="cold rounds of the loaders")
-    r.add_argument("--sweep-rounds", type=int, default=3)
+    r.add_argument("--sweep-rounds", type=int, default=1,
+                   help="rounds of the raw-reader sweep, after the warm and concurrent blocks")
     r.add_argument("--warm-rounds", type=int, default=3)
     r.add_argument("--variant-rounds", type=int, default=3,
                    help="rounds of ours in forced shapes, as the budget allows")
