@@ -10,7 +10,8 @@ Each timed call runs in a fresh Python process with torch, transformers and
 phoenix_gds imported and CUDA up: from the call to a model whose weights are
 on the GPU (torch.cuda.synchronize()).  Warm: the shards read once before;
 cold: evicted until mincore finds none of their pages, checked in the
-worker right before the call.  Rounds rotate the order of the configs.
+worker right before the call.  Rounds rotate the order of the configs;
+the mixed rows run after every round of the others.
 Rows: "transformers" (its from_pretrained), "phoenix" (phoenix_gds.hf,
 with its phases: {phase: [start, end]} seconds, from hf.last_phases()),
 "loader" (phoenix_gds.load_safetensors alone: the bytes without a model),
@@ -42,7 +43,8 @@ from phxrepro.peers import pagecache  # noqa: E402
 from phxrepro.records import add_round_arguments, goal_ratio  # noqa: E402
 from phxrepro.records import manifest_header, run_worker  # noqa: E402
 
-MODEL_CONFIGS = ["transformers", "phoenix", "loader", "transformers-mixed", "phoenix-mixed"]
+MODEL_CONFIGS = ["transformers", "phoenix", "loader"]
+MIXED_CONFIGS = ["transformers-mixed", "phoenix-mixed"]
 RAW_CONFIGS = ["raw-buffered-16x16M", "raw-buffered-4x64M", "raw-direct-16x16M"]
 PROMPT = [128000, 791, 6864, 315, 9822, 374, 12366, 13, 578, 6864]
 
@@ -352,6 +354,21 @@ def summarise(records):
     return out
 
 
+def schedule(rounds: int, caches: list[str]) -> list[tuple[int, str, str]]:
+    """(round, cache, config) in run order: every round of the goals' rows
+    first (the models, the loader and, cold, the raw readers, rotated by
+    round), then the mixed device_map's rounds, so that a budget that ends
+    the run early takes the rows no goal depends on."""
+    order = []
+    for rows in ("goals", "mixed"):
+        for rnd in range(rounds):
+            for cache in caches:
+                configs = (MIXED_CONFIGS if rows == "mixed" else
+                           MODEL_CONFIGS + (RAW_CONFIGS if cache == "cold" else []))
+                order += [(rnd, cache, c) for c in rotated(configs, rnd)]
+    return order
+
+
 def run(args) -> int:
     folder = pathlib.Path(args.dir)
     files = shard_files(folder)
@@ -371,24 +388,21 @@ def run(args) -> int:
             except Exception as exc:  # noqa: BLE001
                 records.append({"kind": "verify", "status": "error", "error": repr(exc)[:800]})
             sink.write(json.dumps(records[-1]) + "\n")
-        for rnd in range(args.rounds):
-            for cache in args.caches.split(","):
-                configs = MODEL_CONFIGS + (RAW_CONFIGS if cache == "cold" else [])
-                for config in rotated(configs, rnd):
-                    if time.monotonic() > deadline:
-                        break
-                    if cache == "warm":
-                        pagecache.prime(files)
-                    else:
-                        evict(files)
-                    job = {"config": config, "cache": cache, "round": rnd, "dir": str(folder),
-                           "device": args.device}
-                    for rec in run_worker(__file__, job, kind="call",
-                                          timeout_s=args.job_timeout_s):
-                        records.append(rec)
-                        sink.write(json.dumps(rec) + "\n")
-                        sink.flush()
-                        print(json.dumps(rec), flush=True)
+        for rnd, cache, config in schedule(args.rounds, args.caches.split(",")):
+            if time.monotonic() > deadline:
+                break
+            if cache == "warm":
+                pagecache.prime(files)
+            else:
+                evict(files)
+            job = {"config": config, "cache": cache, "round": rnd, "dir": str(folder),
+                   "device": args.device}
+            for rec in run_worker(__file__, job, kind="call",
+                                  timeout_s=args.job_timeout_s):
+                records.append(rec)
+                sink.write(json.dumps(rec) + "\n")
+                sink.flush()
+                print(json.dumps(rec), flush=True)
         for rec in summarise(records):
             sink.write(json.dumps(rec) + "\n")
             print(json.dumps(rec), flush=True)
