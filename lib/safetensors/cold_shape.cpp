@@ -25,6 +25,8 @@
 #include <system_error>
 #include <thread>
 
+#include "safetensors/unique_fd.hpp"
+
 namespace phx::safetensors::stage {
 namespace {
 
@@ -33,21 +35,18 @@ constexpr std::uint64_t kPage = 4096;
 // A sysfs number; 0 where it could not be read or parsed, and then the
 // first such failure (the file and errno) in @p error.
 std::uint64_t read_number(const std::filesystem::path &file, std::string &error) {
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
+  const detail::UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) {
     if (error.empty()) {
       error = file.string() + ": " + std::generic_category().message(errno);
     }
     return 0;
   }
   char text[64];
-  const ssize_t n = ::read(fd, text, sizeof(text) - 1);
-  const int read_errno = errno;
-  ::close(fd);
+  const ssize_t n = ::read(fd.get(), text, sizeof(text) - 1);
   if (n <= 0) {
     if (error.empty()) {
-      error =
-          file.string() + ": " + (n < 0 ? std::generic_category().message(read_errno) : "empty");
+      error = file.string() + ": " + (n < 0 ? std::generic_category().message(errno) : "empty");
     }
     return 0;
   }
