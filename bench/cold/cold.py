@@ -112,6 +112,8 @@ def pair_order(rnd: int) -> list[str]:
     the peer first in odd ones (rotated() over more than the pair would
     not alternate it)."""
     return [OURS, PEER] if rnd % 2 == 0 else [PEER, OURS]
+
+
 # Ours with a forced cold shape, cold on the sharded set, with the budget
 # left after the goals' measurements: how the loader's speed follows the
 # in-flight count and the reader, to judge the rule by (not goals).
