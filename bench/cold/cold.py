@@ -23,6 +23,11 @@
                     cursor in file order, io_uring 32 x 512 KiB) against
                     ours by the rule on the sharded set (phase "variants":
                     data to judge the rule by, not goals).
+      --blocks picks blocks (their order stays), so one run can span two
+      bounded commands; --pair-variants times variants inside the pair
+      block instead, on every file set and in every order with the pair,
+      with a "paired_variant" record per round (the variant's GB/s over
+      ours by the rule in that round).
       Every tensor load is compared with safetensors' own load (the first
       round of each loader; --verify-all: every round), read after the
       timed call.  Writes OUT/cold.jsonl (records, then summary and goal
@@ -107,12 +112,19 @@ PEER = "fastsafetensors"
 CONCURRENT_LOADS = 2
 
 
-def pair_order(rnd: int) -> list[str]:
+def pair_order(rnd: int, extras: tuple[str, ...] = ()) -> list[str]:
     """The goal pair's order in round @rnd: ours first in even rounds,
     the peer first in odd ones (rotated() over more than the pair would
-    not alternate it)."""
-    return [OURS, PEER] if rnd % 2 == 0 else [PEER, OURS]
+    not alternate it).  @extras (variants timed beside the pair) go in
+    before the pair, between it, after it, a place per two rounds, so that
+    one extra takes all six orders of three in six rounds."""
+    order = [OURS, PEER] if rnd % 2 == 0 else [PEER, OURS]
+    for i, extra in enumerate(extras):
+        order.insert((rnd // 2 + i) % (len(order) + 1), extra)
+    return order
 
+
+BLOCKS = ["pair", "warm", "concurrent", "sweep", "variants"]
 
 # Ours with a forced cold shape, cold on the sharded set, with the budget
 # left after the goals' measurements: how the loader's speed follows the
@@ -269,8 +281,8 @@ def summarise(records: list[dict]) -> list[dict]:
             ("warm", "pinned_read"), 0.95)
         add("warm: ours >= 1.3x instanttensor buffered", ("warm", OURS),
             ("warm", "instanttensor-buffered"), 1.3)
-    pairs = paired(records)
-    out.extend(pairs)
+    pairs = [p for p in paired(records) if p["kind"] == "paired"]
+    out.extend(paired(records))
     for rec in out:
         if rec.get("kind") == "ratio" and rec.get("numerator") == [rec["fileset"], "cold", OURS] \
                 and rec.get("denominator") == [rec["fileset"], "cold", PEER]:
@@ -304,6 +316,12 @@ def paired(records: list[dict]) -> list[dict]:
                         "first": first["method"], "ratio": ours["gbps"] / peer["gbps"],
                         "ours_gbps": ours["gbps"], "peer_gbps": peer["gbps"],
                         "ours_after": ours.get("after"), "peer_after": peer.get("after")})
+        for (_, _, method), other in sorted(calls.items()):
+            if ours and method in VARIANTS and (other["fileset"], other["round"]) == (fileset, rnd):
+                out.append({"kind": "paired_variant", "fileset": fileset, "round": rnd,
+                            "method": method, "ratio": other["gbps"] / ours["gbps"],
+                            "variant_gbps": other["gbps"], "ours_gbps": ours["gbps"],
+                            "variant_first": other["order"] < ours["order"]})
     return out
 
 
@@ -333,14 +351,21 @@ def run(args) -> int:
         want = f"model-scale{args.scale:g}-{args.half.lower()}.safetensors"
         sets["single"] = [f for f in sets["single"] if f.endswith(want)]
     sets = {k: v for k, v in sets.items() if v and k in args.filesets.split(",")}
+    blocks = [b for b in BLOCKS if b in args.blocks.split(",")]
+    extras = tuple(v for v in args.pair_variants.split(",") if v)
+    unknown = [v for v in extras if v not in VARIANTS] + \
+        [b for b in args.blocks.split(",") if b not in BLOCKS]
+    if unknown:
+        raise SystemExit(f"cold.py: unknown block or variant {unknown}; "
+                         f"blocks {BLOCKS}, variants {sorted(VARIANTS)}")
     manifest = {**manifest_header("phx-cold/1", ROOT, ("torch", "safetensors", "fastsafetensors",
                                                        "instanttensor", "numpy")),
                 "filesets": {k: {"files": v, "bytes": sum(os.path.getsize(f) for f in v)}
                              for k, v in sets.items()},
                 "rounds": args.rounds, "sweep_rounds": args.sweep_rounds,
                 "warm_rounds": args.warm_rounds, "device": args.device,
-                "blocks": ["pair", "warm", "concurrent", "sweep", "variants"],
-                "pair_orders": [pair_order(r) for r in range(args.rounds)],
+                "blocks": blocks,
+                "pair_orders": [pair_order(r, extras) for r in range(args.rounds)],
                 "sweep": {k: " ".join(v) for k, v in SWEEP.items()},
                 "disk": disk_facts(next(iter(sets.values()))[0]) if sets else {}}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
@@ -396,15 +421,24 @@ def run(args) -> int:
         # Pairs: round 0 on every file set; a later round only where it
         # leaves the warm and concurrent blocks their estimated time.
         def reserve() -> float:
-            return estimate() * (3 * args.warm_rounds + 2 * CONCURRENT_LOADS)
+            later = 3 * args.warm_rounds * ("warm" in blocks) \
+                + 2 * CONCURRENT_LOADS * ("concurrent" in blocks)
+            return estimate() * later
 
-        for rnd in range(args.rounds):
+        for rnd in range(args.rounds if "pair" in blocks else 0):
             for fileset, files in sets.items():
-                need = 0.0 if rnd == 0 else 2 * estimate() + reserve()
+                need = 0.0 if rnd == 0 else (2 + len(extras)) * estimate() + reserve()
                 if not fits(need):
                     skipped(f"{fileset} cold pair round {rnd}")
                     continue
-                for order, item in enumerate(pair_order(rnd)):
+                for order, item in enumerate(pair_order(rnd, extras)):
+                    if item in VARIANTS:
+                        rows = load(OURS, files, fileset, "cold", rnd, "pair", order,
+                                    verify=False, label=item, options={"loader": VARIANTS[item]})
+                        for r in rows:
+                            r.update(method=item, phase="variants")
+                        keep(rows)
+                        continue
                     rows = load(item, files, fileset, "cold", rnd, "pair", order,
                                 verify=args.verify_all or rnd == 0)
                     for r in rows:
@@ -417,7 +451,7 @@ def run(args) -> int:
                                 "ranges" if stripes else "file"]
                     keep(rows)
         if warm_set is not None:
-            for rnd in range(args.warm_rounds):
+            for rnd in range(args.warm_rounds if "warm" in blocks else 0):
                 for order, item in enumerate(rotated([OURS, "pinned_read",
                                                       "instanttensor-buffered"], rnd)):
                     if not fits(0.0):
@@ -425,7 +459,8 @@ def run(args) -> int:
                         continue
                     keep(load(item, sets[warm_set], warm_set, "warm", rnd, "warm", order,
                               verify=args.verify_all or rnd == 0))
-            for order, how in enumerate(("sequential", "threads")):
+            hows = ("sequential", "threads") if "concurrent" in blocks else ()
+            for order, how in enumerate(hows):
                 if not fits(0.0):
                     skipped(f"concurrency {how}")
                     continue
@@ -433,7 +468,7 @@ def run(args) -> int:
                 rows = concurrent(args, sets[warm_set], warm_set, how)
                 keep(placed(rows, f"phoenix x4 {how}", warm_set, "concurrent", order,
                             time.monotonic() - begun))
-        for rnd in range(args.sweep_rounds):
+        for rnd in range(args.sweep_rounds if "sweep" in blocks else 0):
             for fileset, files in sets.items():
                 sweep = list(SWEEP) if fileset != "single" else SWEEP_SINGLE
                 items = sweep + (["raw-ours"] if fileset in ours_shape else [])
@@ -445,7 +480,8 @@ def run(args) -> int:
                     begun = time.monotonic()
                     rows = run_sweep(args, item, extra, files, fileset, rnd)
                     keep(placed(rows, item, fileset, "sweep", order, time.monotonic() - begun))
-        for rnd in range(args.variant_rounds if warm_set is not None else 0):
+        for rnd in range(args.variant_rounds if warm_set is not None and "variants" in blocks
+                         else 0):
             for order, item in enumerate(rotated([OURS, *VARIANTS], rnd)):
                 if not fits(estimate("variants")):
                     skipped(f"variants round {rnd} {item}")
@@ -505,6 +541,12 @@ def main() -> int:
     r.add_argument("--warm-rounds", type=int, default=3)
     r.add_argument("--variant-rounds", type=int, default=3,
                    help="rounds of ours in forced shapes, as the budget allows")
+    r.add_argument("--blocks", default=",".join(BLOCKS),
+                   help="the blocks to run, in their fixed order (a run split over two "
+                        "bounded commands: pair,sweep then warm,concurrent,variants)")
+    r.add_argument("--pair-variants", default="",
+                   help="variants (comma-separated names of VARIANTS) timed cold inside the "
+                        "pair block, each round on each file set, in every order with the pair")
     r.add_argument("--verify-all", action="store_true", help="compare every round, not the first")
     r.add_argument("--budget-s", type=float, default=480)
     r.add_argument("--job-timeout-s", type=float, default=120)
