@@ -169,6 +169,10 @@ struct PHX_EXPORT Options {
   /// I/O may hold, 64 KiB..64 GiB; a submit beyond it waits for earlier
   /// operations to return theirs.
   std::size_t stream_staging_bytes = std::size_t{256} << 20;
+  /// PHX_STREAM_LANES: threads that read one staged stream-ordered read's
+  /// chunks at once, 1..64 (at most one per staging slot of the read).  1
+  /// reads them one after another on the read's I/O thread.
+  unsigned stream_lanes = 1;
   /// PHX_READ_CACHE (auto or descriptor): the C API's reads through an
   /// O_DIRECT descriptor of ranges the page cache holds.
   ReadCache read_cache = ReadCache::automatic;

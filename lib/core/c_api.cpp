@@ -382,6 +382,9 @@ int phxfs_open_options(int device_id, const phxfs_options_t *options) {
       }
       o.copy_spin_us = options->copy_spin_us;
     }
+    // Not in phxfs_options_t (yet): as the process defaults say
+    // (PHX_STREAM_LANES, or phx::Options::set_defaults).
+    o.stream_lanes = phx::Options::defaults().stream_lanes;
     o.validate();
     return devices().open(device_id, o, true);
   });

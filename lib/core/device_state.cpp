@@ -21,6 +21,7 @@ std::string describe_range(int device_id, const void *address, std::size_t size)
 StreamLimits stream_limits(const Options &options) {
   StreamLimits limits;
   limits.workers = options.stream_workers;
+  limits.lanes = options.stream_lanes;
   limits.staging_bytes = options.stream_staging_bytes;
   limits.chunk = options.copy_chunk;
   limits.direct_chunk = options.copy_direct_chunk;

@@ -33,6 +33,7 @@ constexpr Limits kCopyDepth{2, 64};
 constexpr Limits kCopyChunk{4 * kKiB, kGiB};
 constexpr Limits kStreamWorkers{1, 1024};
 constexpr Limits kStreamStaging{64 * kKiB, 64 * kGiB};
+constexpr Limits kStreamLanes{1, 64};
 constexpr Limits kCopySpin{0, 10000};
 
 void check(const char *field, std::size_t value, Limits limits) {
@@ -96,6 +97,8 @@ ProcessDefaults read_environment() {
       env_count("PHX_STREAM_WORKERS", o.stream_workers, kStreamWorkers.min, kStreamWorkers.max));
   o.stream_staging_bytes = env_size("PHX_STREAM_STAGING", o.stream_staging_bytes,
                                     kStreamStaging.min, kStreamStaging.max);
+  o.stream_lanes = static_cast<unsigned>(
+      env_count("PHX_STREAM_LANES", o.stream_lanes, kStreamLanes.min, kStreamLanes.max));
   if (auto cache = env_string("PHX_READ_CACHE")) {
     o.read_cache = parse_read_cache(*cache, "PHX_READ_CACHE");
   }
@@ -182,6 +185,7 @@ void Options::validate() const {
   check("copy_direct_chunk", copy_direct_chunk, kCopyChunk);
   check("stream_workers", stream_workers, kStreamWorkers);
   check("stream_staging_bytes", stream_staging_bytes, kStreamStaging);
+  check("stream_lanes", stream_lanes, kStreamLanes);
   check("copy_spin_us", copy_spin_us, kCopySpin);
   if (read_cache != ReadCache::automatic && read_cache != ReadCache::descriptor) {
     throw_errno(EINVAL,

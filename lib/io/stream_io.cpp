@@ -13,6 +13,7 @@ namespace {
 // submitted, so an op is either ordered or not from start to end.
 std::atomic<bool> ignore_stream_order{false};
 std::atomic<std::size_t> live_workers{0};
+std::atomic<std::size_t> lane_helpers{0};
 
 }  // namespace
 
@@ -24,6 +25,10 @@ void set_ignore_stream_order(bool ignore) noexcept {
 
 std::size_t live_stream_workers() noexcept {
   return live_workers.load(std::memory_order_acquire);
+}
+
+std::size_t stream_lane_helpers() noexcept {
+  return lane_helpers.load(std::memory_order_acquire);
 }
 
 }  // namespace testing
@@ -705,6 +710,152 @@ bool StreamIo::Core::run(Op &op) noexcept {
   return false;
 }
 
+namespace {
+
+// One staged read's chunks read by several threads at once (StreamLimits::
+// lanes).  Chunk i goes through slot i % k and slot s belongs to lane
+// s % lanes, so each slot's chunks stay in order on one thread, and a lane
+// waits only for the stream to copy its own slots' earlier chunks out:
+// that needs earlier chunks alone, never a later one, so no lane waits on
+// another's future work.  A chunk fails or comes back short: the chunks
+// after it read nothing once that is known (one already read is copied as
+// read, inside the range asked for), and bytes_done counts up to it, as when
+// one thread reads them in order.  The lane with the last chunk waits until
+// every other chunk is read, so bytes_done is whole before the stream can
+// pass.
+class LaneRead {
+ public:
+  LaneRead(Op &op, bool io_failed, std::vector<std::uint32_t> &uses)
+      : op_(op),
+        io_failed_(io_failed),
+        uses_(uses),
+        moved_(op.count, 0),
+        errors_(op.count, 0),
+        cut_(op.count, 0),
+        first_cut_(op.count) {}
+
+  // Runs @p lanes lanes (this thread and lanes - 1 more, fewer when a thread
+  // cannot be made); false when the op's chain was cut short first.
+  bool run(std::size_t lanes) noexcept {
+    std::vector<std::thread> helpers;
+    helpers.reserve(lanes - 1);
+    for (std::size_t l = 1; l < lanes; ++l) {
+      try {
+        helpers.emplace_back([this, l] {
+          lanes_.wait(0, std::memory_order_acquire);
+          if (l < lanes_.load(std::memory_order_acquire)) {
+            lane_helpers.fetch_add(1, std::memory_order_relaxed);
+            lane(l);
+          }
+        });
+      } catch (...) {
+        break;  // no thread: the lanes made so far share the chunks
+      }
+    }
+    lanes_.store(helpers.size() + 1, std::memory_order_release);
+    lanes_.notify_all();
+    lane(0);
+    for (std::thread &t : helpers) {
+      t.join();
+    }
+    return !gave_up_.load(std::memory_order_acquire);
+  }
+
+ private:
+  void lane(std::size_t l) noexcept {
+    const std::size_t k = op_.slots.size();
+    const std::size_t lanes = lanes_.load(std::memory_order_acquire);
+    const StreamRequest &r = op_.request;
+    for (std::size_t i = 0; i < op_.count; ++i) {
+      const std::size_t s = i % k;
+      if (s % lanes != l) {
+        continue;
+      }
+      const auto j = static_cast<std::uint32_t>(i / k);
+      StagingSlot &slot = *op_.slots[s];
+      if (gave_up_.load(std::memory_order_acquire) ||
+          !wait_at_least(slot.done, op_.done_base[s] + j, &op_.chain)) {
+        gave_up_.store(true, std::memory_order_release);
+        return;
+      }
+      std::uint64_t offset = 0;
+      std::size_t size = 0;
+      op_.range(i, offset, size);
+      std::size_t moved = 0;
+      if (!io_failed_ && i < first_cut_.load(std::memory_order_acquire)) {
+        const TransferResult t = transfer(r.dir, r.fd, slot.buffer.data(), size, offset, r.policy);
+        moved = std::min(t.done, size);
+        moved_[i] = t.done;
+        if (t.error != 0 || t.done < size) {
+          errors_[i] = t.error;
+          cut_[i] = 1;
+          cut_at(i);
+        }
+      }
+      if (moved < size) {
+        std::memset(static_cast<std::byte *>(slot.buffer.data()) + moved, 0, size - moved);
+      }
+      if (i + 1 == op_.count) {
+        while (read_.load(std::memory_order_acquire) + 1 < op_.count) {
+          if (gave_up_.load(std::memory_order_acquire)) {
+            return;
+          }
+          std::this_thread::sleep_for(std::chrono::microseconds(20));
+        }
+        if (r.bytes_done != nullptr) {
+          report();
+        }
+      }
+      store(slot.ready, op_.ready_base[s] + j + 1);
+      uses_[s] = j + 1;
+      if (i + 1 != op_.count) {
+        read_.fetch_add(1, std::memory_order_acq_rel);
+      }
+    }
+  }
+
+  // The first chunk that failed or came back short so far.
+  void cut_at(std::size_t i) noexcept {
+    std::size_t seen = first_cut_.load(std::memory_order_acquire);
+    while (i < seen && !first_cut_.compare_exchange_weak(seen, i, std::memory_order_acq_rel)) {
+      // seen now holds the value another lane put there: try again if still later
+    }
+  }
+
+  // bytes_done, as one thread reading the chunks in order would say it.
+  void report() noexcept {
+    int error = io_failed_ ? EIO : 0;
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < op_.count && !io_failed_; ++i) {
+      total += moved_[i];
+      if (cut_[i] != 0) {
+        error = errors_[i];  // 0 for a short read: the file ended
+        break;
+      }
+    }
+    op_.chain.wait(kIssuing, std::memory_order_acquire);
+    if (op_.chain.load(std::memory_order_acquire) == kAbandoned) {
+      error = EIO;
+      total = 0;
+    }
+    *op_.request.bytes_done =
+        error != 0 && total == 0 ? -static_cast<ssize_t>(error) : static_cast<ssize_t>(total);
+  }
+
+  Op &op_;
+  const bool io_failed_;
+  std::vector<std::uint32_t> &uses_;  // each slot's element written by its own lane
+  std::vector<std::size_t> moved_;    // each chunk's elements written by its lane,
+  std::vector<int> errors_;           // read by the last chunk's lane once read_
+  std::vector<char> cut_;             // counts every other chunk
+  std::atomic<std::size_t> first_cut_;
+  std::atomic<std::size_t> read_{0};
+  std::atomic<std::size_t> lanes_{0};
+  std::atomic<bool> gave_up_{false};
+};
+
+}  // namespace
+
 bool StreamIo::Core::run_staged(Op &op, bool current) noexcept {
   const cuda::Driver &d = *cuda::driver();
   StreamRequest &r = op.request;
@@ -718,7 +869,12 @@ bool StreamIo::Core::run_staged(Op &op, bool current) noexcept {
   }
   bool gave_up = false;
   std::vector<std::uint32_t> uses(k, 0);
-  for (std::size_t i = 0; i < op.count && !gave_up; ++i) {
+  const std::size_t lanes = std::min(limits.lanes, k);
+  const bool in_lanes = r.dir == Direction::read && lanes > 1 && op.count > 1;
+  if (in_lanes) {
+    gave_up = !LaneRead(op, stop_io, uses).run(lanes);
+  }
+  for (std::size_t i = 0; i < op.count && !gave_up && !in_lanes; ++i) {
     const std::size_t s = i % k;
     const auto j = static_cast<std::uint32_t>(i / k);
     StagingSlot &slot = *op.slots[s];
@@ -1321,6 +1477,7 @@ StreamLimits normalized(StreamLimits limits) noexcept {
   limits.chunk = std::max(limits.chunk, kPage);
   limits.direct_chunk = std::max(limits.direct_chunk, kPage);
   limits.staging_bytes = std::max(limits.staging_bytes, kPage);
+  limits.lanes = std::max<std::size_t>(limits.lanes, 1);
   return limits;
 }
 

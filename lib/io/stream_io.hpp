@@ -59,6 +59,12 @@ struct StreamLimits {
   std::size_t direct_chunk = std::size_t{16} << 20;
   /// Staging slots one op cycles through: chunks of one I/O in flight.
   std::size_t depth = 4;
+  /// Threads that read one staged read's chunks at once (the op's I/O
+  /// thread and lanes - 1 more), at most one per slot.  With one, an op's
+  /// chunks are read one after another, and only `depth` of them ahead of
+  /// the stream: the ops behind it in the same stream wait for the stream to
+  /// reach them once their slots are full.
+  std::size_t lanes = 1;
   /// Idle staging is given back after this long without an op in flight.
   std::chrono::milliseconds idle_trim{2000};
 };

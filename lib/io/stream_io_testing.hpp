@@ -18,6 +18,10 @@ void set_ignore_stream_order(bool ignore) noexcept;
 /// Stream-ordered I/O threads of every device that have not exited yet.
 [[nodiscard]] std::size_t live_stream_workers() noexcept;
 
+/// Lanes beyond an op's own I/O thread that read chunks of a staged read
+/// (StreamLimits::lanes), ever, in this process.
+[[nodiscard]] std::size_t stream_lane_helpers() noexcept;
+
 }  // namespace phx::detail::testing
 
 #endif  // PHOENIX_LIB_STREAM_IO_TESTING_HPP

@@ -107,6 +107,7 @@ class Options:
     copy_direct_chunk: int
     stream_workers: int
     stream_staging_bytes: int
+    stream_lanes: int
     read_cache: str
     copy_spin_us: int
     def __init__(self, **fields: Any) -> None: ...

@@ -74,6 +74,7 @@ std::string repr(const phx::Options &o) {
          ", copy_direct_chunk=" + std::to_string(o.copy_direct_chunk) +
          ", stream_workers=" + std::to_string(o.stream_workers) +
          ", stream_staging_bytes=" + std::to_string(o.stream_staging_bytes) +
+         ", stream_lanes=" + std::to_string(o.stream_lanes) +
          ", copy_spin_us=" + std::to_string(o.copy_spin_us) + ", read_cache=\"" +
          read_cache_name(o.read_cache) + "\")";
 }
@@ -145,6 +146,8 @@ the field.  Fields and their variables: docs/configuration.md.)");
                 "PHX_STREAM_WORKERS: threads running stream-ordered I/O.");
   integer_field(options, "stream_staging_bytes", &phx::Options::stream_staging_bytes,
                 "PHX_STREAM_STAGING: pinned memory of stream-ordered compat I/O.");
+  integer_field(options, "stream_lanes", &phx::Options::stream_lanes,
+                "PHX_STREAM_LANES: threads reading one staged stream-ordered read (1-64).");
   integer_field(options, "copy_spin_us", &phx::Options::copy_spin_us,
                 "PHX_COPY_SPIN_US: microseconds idle copy threads poll before sleeping (0-10000).");
 }

@@ -27,7 +27,7 @@ def test_defaults_and_fields(phx):
     ("queue_depth", 0), ("queue_depth", 40000), ("staging_bytes", 100),
     ("copy_depth", 1), ("stream_workers", 0), ("copy_chunk", 2 << 30),
     ("copy_threads", -1), ("stream_workers", 1 << 40), ("staging_bytes", 1 << 64),
-    ("copy_spin_us", 10001)])
+    ("copy_spin_us", 10001), ("stream_lanes", 0), ("stream_lanes", 65)])
 def test_out_of_range_names_the_field(phx, field, value):
     with pytest.raises(OSError) as info:
         phx.Options(**{field: value})

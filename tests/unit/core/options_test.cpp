@@ -23,7 +23,7 @@ const char *const kVariables[] = {
     "PHX_ENGINE",         "PHX_QUEUE_DEPTH", "PHX_STAGING_SIZE",      "PHX_COPY_THREADS",
     "PHX_COPY_DEPTH",     "PHX_COPY_CHUNK",  "PHX_COPY_DIRECT_CHUNK", "PHX_STREAM_WORKERS",
     "PHX_STREAM_STAGING", "PHX_CHUNK_SIZE",  "PHX_NTHREADS",          "PHX_READ_CACHE",
-    "PHX_COPY_SPIN_US"};
+    "PHX_COPY_SPIN_US",   "PHX_STREAM_LANES"};
 
 class OptionsTest : public ::testing::Test {
  protected:
@@ -74,6 +74,7 @@ TEST_F(OptionsTest, EachVariableSetsItsOwnField) {
   ::setenv("PHX_COPY_DIRECT_CHUNK", "10000", 1);  // rounded up to whole pages
   ::setenv("PHX_STREAM_WORKERS", "9", 1);
   ::setenv("PHX_STREAM_STAGING", "32M", 1);
+  ::setenv("PHX_STREAM_LANES", "3", 1);
   ::setenv("PHX_COPY_SPIN_US", "0", 1);  // the bottom of its range: sleep at once
   const Options o = Options::from_environment();
   EXPECT_EQ(o.engine, Engine::host);
@@ -85,6 +86,7 @@ TEST_F(OptionsTest, EachVariableSetsItsOwnField) {
   EXPECT_EQ(o.copy_direct_chunk, 12288U);
   EXPECT_EQ(o.stream_workers, 9U);
   EXPECT_EQ(o.stream_staging_bytes, 32 * kMiB);
+  EXPECT_EQ(o.stream_lanes, 3U);
   EXPECT_EQ(o.copy_spin_us, 0U);
   EXPECT_NO_THROW(o.validate());
 }
@@ -163,6 +165,8 @@ TEST_F(OptionsTest, ValidateNamesTheField) {
             std::string::npos);
   EXPECT_NE(bad([](Options &o) { o.stream_staging_bytes = 0; }).find("stream_staging_bytes"),
             std::string::npos);
+  EXPECT_NE(bad([](Options &o) { o.stream_lanes = 0; }).find("stream_lanes"), std::string::npos);
+  EXPECT_NE(bad([](Options &o) { o.stream_lanes = 65; }).find("stream_lanes"), std::string::npos);
   EXPECT_NE(bad([](Options &o) { o.engine = static_cast<Engine>(42); }).find("engine"),
             std::string::npos);
 }

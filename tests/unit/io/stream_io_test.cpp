@@ -480,20 +480,22 @@ struct FailedRead {
   ssize_t done = 0;     // its bytes_done
 };
 
-// A 4 KiB stream-ordered read whose copy into the device fails, @p delay_us
-// after the call is made (its I/O thread gets ahead of a late failure).
-FailedRead read_whose_copy_fails(const TempDir &dir, unsigned delay_us) {
-  constexpr std::size_t kSize = 4 * kKiB;
-  write_pattern_file(dir / "in", kSize, kSeed);
-  FakeDeviceMemory mem(kSize);
+// A stream-ordered read of @p size bytes (one 4 KiB chunk unless @p limits
+// and @p size say more) whose copy into the device fails, @p delay_us after
+// the call is made (its I/O thread gets ahead of a late failure).
+FailedRead read_whose_copy_fails(const TempDir &dir, unsigned delay_us,
+                                 const detail::StreamLimits &limits = {},
+                                 std::size_t size = 4 * kKiB) {
+  write_pattern_file(dir / "in", size, kSeed);
+  FakeDeviceMemory mem(size);
   const auto device = detail::DeviceState::open(0, engine_options(Engine::compat));
   const auto mapping = device->register_range(mem.data(), mem.size());
   const Fd in(dir / "in", O_RDONLY);
   const FakeStream stream;
   ssize_t done = -7;
-  auto io = std::make_unique<detail::StreamIo>(device->id(), detail::StreamLimits{});
+  auto io = std::make_unique<detail::StreamIo>(device->id(), limits);
   phx_fake_cuda_fail_call_after("cuMemcpyHtoDAsync", 1, 999, delay_us);
-  io->submit(request(detail::Direction::read, in.get(), device, mapping, 0, kSize, 0, &done),
+  io->submit(request(detail::Direction::read, in.get(), device, mapping, 0, size, 0, &done),
              stream.get());
   stream.synchronize();
   FailedRead result;
@@ -521,6 +523,112 @@ TEST_F(StreamIoTest, AReadWhoseCopyFailsLateReportsEio) {
   const FailedRead read = read_whose_copy_fails(dir_, 100'000);
   EXPECT_TRUE(read.leaked);
   EXPECT_EQ(read.done, -static_cast<ssize_t>(EIO));
+}
+
+// The same with the read's 16 chunks read by four lanes: a lane waiting
+// for a slot the failed chain will never copy out gives up too, and the
+// late failure still reaches bytes_done.
+TEST_F(StreamIoTest, AReadInLanesWhoseCopyFailsLeavesNothingWaiting) {
+  const detail::StreamLimits limits{.chunk = 16 * kKiB, .depth = 4, .lanes = 4};
+  const std::size_t helpers = detail::testing::stream_lane_helpers();
+  EXPECT_TRUE(read_whose_copy_fails(dir_, 0, limits, 256 * kKiB).leaked);
+  const FailedRead late = read_whose_copy_fails(dir_, 100'000, limits, 256 * kKiB);
+  EXPECT_TRUE(late.leaked);
+  EXPECT_EQ(late.done, -static_cast<ssize_t>(EIO));
+  EXPECT_GT(detail::testing::stream_lane_helpers(), helpers) << "no lane read a chunk";
+}
+
+// Reads of many chunks, read by four or three lanes each, from three
+// streams slower than the files (the lanes wait for their slots to be
+// copied out): every chunk lands where it belongs and bytes_done is whole.
+// Lanes of one are the I/O thread alone.
+TEST_F(StreamIoTest, LanesReadEveryChunkWhereItBelongs) {
+  constexpr std::size_t kOps = 24;
+  constexpr std::size_t kStreams = 3;
+  constexpr std::size_t kRegion = 640 * kKiB;
+  const auto size_of = [](std::size_t i) { return 100 * kKiB + i * 20011; };  // 4 to 19 chunks
+  const auto offset_of = [](std::size_t i) { return i * kRegion + (i * 4099) % 8192; };
+  write_pattern_file(dir_ / "in", kOps * kRegion + 8192, kSeed);
+  // 3 lanes over 4 slots: a lane owns slots, not every third chunk.
+  for (const std::size_t lanes : {std::size_t{4}, std::size_t{3}, std::size_t{1}}) {
+    SCOPED_TRACE("lanes " + std::to_string(lanes));
+    CompatTarget t(dir_ / "in", kOps * kRegion + 8192);
+    std::vector<std::unique_ptr<FakeStream>> streams;
+    for (std::size_t s = 0; s < kStreams; ++s) {
+      streams.push_back(std::make_unique<FakeStream>());
+    }
+    std::vector<ssize_t> done(kOps, -7);
+    const std::size_t helpers = detail::testing::stream_lane_helpers();
+    phx_fake_cuda_set_op_delay_us(30);
+    {
+      detail::StreamIo io(t.device->id(), detail::StreamLimits{.workers = 4,
+                                                               .staging_bytes = 4 << 20,
+                                                               .chunk = 32 * kKiB,
+                                                               .depth = 4,
+                                                               .lanes = lanes});
+      for (std::size_t i = 0; i < kOps; ++i) {
+        io.submit(request(detail::Direction::read, t.in.get(), t.device, t.mapping, offset_of(i),
+                          size_of(i), offset_of(i), &done[i]),
+                  streams[i % kStreams]->get());
+      }
+      for (const auto &s : streams) {
+        s->synchronize();
+      }
+      EXPECT_EQ(io.stats().staging_leaked, 0U);
+    }
+    phx_fake_cuda_set_op_delay_us(0);
+    if (lanes > 1) {
+      EXPECT_GT(detail::testing::stream_lane_helpers(), helpers) << "no lane read a chunk";
+    } else {
+      EXPECT_EQ(detail::testing::stream_lane_helpers(), helpers);
+    }
+    const auto memory = t.mem.download();
+    for (std::size_t i = 0; i < kOps; ++i) {
+      ASSERT_EQ(done[i], static_cast<ssize_t>(size_of(i))) << "op " << i;
+      const auto found =
+          find_mismatch({memory.data() + offset_of(i), size_of(i)}, kSeed, offset_of(i));
+      ASSERT_FALSE(found.has_value()) << "op " << i << ": byte " << *found;
+    }
+  }
+}
+
+// A read in lanes behind a write that fails, sized when submitted by where
+// the write would end: the file ends in its third chunk, so the lanes reading
+// later chunks find nothing, and bytes_done says the file's length, as one
+// thread reading in order says it; past the end the memory gets zeros.
+TEST_F(StreamIoTest, LanesStopWhereTheFileEndsAsOneThreadDoes) {
+  constexpr std::size_t kChunk = 64 * kKiB;
+  constexpr std::size_t kHead = 2 * kChunk + 4096 + 5;
+  constexpr std::size_t kSize = 16 * kChunk + 17;
+  write_pattern_file(dir_ / "in", kHead, kSeed);
+  FakeDeviceMemory source(kSize);
+  CompatTarget t(dir_ / "in", kSize);
+  t.mem.fill(std::byte{0xee});
+  const auto from = t.device->register_range(source.data(), source.size());
+  const FakeStream stream;
+  ssize_t written = -7;
+  ssize_t read = -7;
+  const std::size_t helpers = detail::testing::stream_lane_helpers();
+  {
+    detail::StreamIo io(t.device->id(),
+                        detail::StreamLimits{.chunk = kChunk, .depth = 8, .lanes = 4});
+    ASSERT_EQ(
+        phx_fake_cuda_enqueue_fill(stream.get(), source.device_pointer(), kSize, 0x3c, 100000), 0);
+    // A read-only descriptor: the write fails, the file keeps kHead bytes.
+    io.submit(request(detail::Direction::write, t.in.get(), t.device, from, 0, kSize, 0, &written),
+              stream.get());
+    io.submit(request(detail::Direction::read, t.in.get(), t.device, t.mapping, 0, kSize, 0, &read),
+              stream.get());
+    stream.synchronize();
+  }
+  EXPECT_GT(detail::testing::stream_lane_helpers(), helpers) << "no lane read a chunk";
+  EXPECT_LT(written, 0);
+  EXPECT_EQ(read, static_cast<ssize_t>(kHead));
+  const auto seen = t.mem.download();
+  EXPECT_FALSE(find_mismatch(std::span(seen).first(kHead), kSeed, 0).has_value());
+  EXPECT_EQ(std::count(seen.begin() + kHead, seen.end(), std::byte{0}),
+            static_cast<std::ptrdiff_t>(kSize - kHead))
+      << "past the file's end the lanes copied something else than zeros";
 }
 
 // The device owns its stream-ordered I/O: once the device is gone, so are
