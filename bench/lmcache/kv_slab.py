@@ -30,6 +30,10 @@ per 256-token chunk, 128 MiB per 1024-token chunk, --total-bytes of them
                  local_cpu off, as LMCACHE_LOCAL_DISK configures it): one
                  file per chunk, read by its batched_get_blocking into
                  LocalCPUBackend's pinned memory objects
+  phx-lanes4     phx with PHX_STREAM_LANES=4: four threads read each
+                 chunk's pieces at once instead of the op's I/O thread
+                 alone (not a goal row: "compare" records set it beside
+                 phx, to decide the option's default by)
   odirect-raw    no LMCache at all: the fastest plain program a user would
                  write to put these chunks on this disk with O_DIRECT
                  (RawODirect: one preallocated slab file, 4 threads, each
@@ -105,11 +109,14 @@ from phxrepro.records import add_round_arguments, goal_ratio, stdout_emitter  # 
 from phxrepro.records import manifest_header, run_worker  # noqa: E402
 
 MiB, GiB = 1 << 20, 1 << 30
-CONFIGS = ["phx", "cufile-shim", "cufile-nvidia", "posix", "odirect-raw"]
-GDS_BACKEND = {"phx": "phx", "cufile-shim": "cufile", "cufile-nvidia": "cufile"}
+CONFIGS = ["phx", "cufile-shim", "cufile-nvidia", "posix", "odirect-raw", "phx-lanes4"]
+GDS_BACKEND = {"phx": "phx", "phx-lanes4": "phx", "cufile-shim": "cufile",
+               "cufile-nvidia": "cufile"}
+# Rows that are phx with an option of the library changed: the variable and value.
+PHX_VARIANTS = {"phx-lanes4": ("PHX_STREAM_LANES", "4")}
 # The rows that must work: NVIDIA's cuFile is expected to fail on a
 # machine without nvidia-fs, and its failure is the record.
-MUST_WORK = {"phx", "cufile-shim", "posix", "odirect-raw"}
+MUST_WORK = {"phx", "cufile-shim", "posix", "odirect-raw", "phx-lanes4"}
 TOKENS = [256, 1024]
 TOTAL_BYTES = 2 * GiB
 LAYERS, KV_HEADS, HEAD_DIM, BF16 = 32, 8, 128, 2
@@ -162,7 +169,7 @@ def io_library(config) -> str | None:
     libcufile cufile-python opened; None for the rows without GDS
     (posix, odirect-raw)."""
     try:
-        if config == "phx":
+        if GDS_BACKEND.get(config) == "phx":
             from lmcache.v1.gpu_connector.gds_context import get_gds_context
 
             return symbol_file(get_gds_context().backend.library().phxFileReadAsync)
@@ -744,8 +751,11 @@ def config_env(base: dict, config: str, build: pathlib.Path, scratch: pathlib.Pa
     preload = [p for p in env.get("LD_PRELOAD", "").split(":")
                if p and "libcufile" not in os.path.basename(p)]
     first = []  # posix, odirect-raw: no library folder of ours
-    if config == "phx":
+    if GDS_BACKEND.get(config) == "phx":
         first = [str(build / "lib" / "phxfile")]
+        if config in PHX_VARIANTS:
+            name, value = PHX_VARIANTS[config]
+            env[name] = value
     elif config == "cufile-shim":
         first = [str(build / "lib" / "cufile_shim")]
     elif config == "cufile-nvidia" and nvidia:
@@ -895,6 +905,14 @@ def summarise(records):
             ratio(f"stores: LMCache {gds} at least 0.95x a raw O_DIRECT writer "
                   f"({tokens}-token chunks)", (gds, "store", tokens, "store"),
                   ("odirect-raw", "store", tokens, "store"), 0.95)
+        for variant in PHX_VARIANTS:
+            for cache in ("warm", "cold"):
+                for row in ("steady", "first"):
+                    a, b = (variant, cache, tokens, row), ("phx", cache, tokens, row)
+                    if a in medians and b in medians:
+                        out.append({"kind": "compare", "what": f"{variant} over phx",
+                                    "cache": cache, "tokens": tokens, "row": row,
+                                    "ratio": medians[a] / medians[b]})
     return out
 
 
