@@ -118,6 +118,19 @@ class PageCache(unittest.TestCase):
             if before > 0.9 and after > 0.1:
                 self.skipTest(f"this filesystem keeps pages past DONTNEED ({after:.2f})")
 
+    def test_evict_to_zero_drops_every_cache_only_when_fadvise_left_pages(self):
+        with tempfile.NamedTemporaryFile(dir="/var/tmp") as f:
+            f.write(os.urandom(8 << 20))
+            f.flush()
+            pagecache.prime([f.name])
+            state = pagecache.evict_to_zero([f.name], drop_caches=True)
+            if state["resident_after_evict"] is None:
+                self.skipTest("mincore cannot report on this filesystem")
+            self.assertEqual(state["resident_after_evict"], 0)
+            if state["evict_tries"] > 1:
+                self.skipTest("pages stayed past fadvise here, so drop_caches had to run")
+            self.assertEqual(state["evicted_by"], "fsync+posix_fadvise(DONTNEED)")
+
 
 class Schedule(unittest.TestCase):
     def test_round_robin_rotates_and_covers(self):

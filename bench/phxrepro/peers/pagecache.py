@@ -2,8 +2,8 @@
 """The page cache state of a load: warm (the file read once beforehand) or
 cold (evicted).  Eviction needs no root: fsync, then
 posix_fadvise(POSIX_FADV_DONTNEED) over the whole file; where
-/proc/sys/vm/drop_caches is writable it is used as well, and the record
-says which ran.  mincore() over a mapping of the file tells how much of it
+/proc/sys/vm/drop_caches is writable it can be used as well (evict_to_zero
+does only when fadvise left pages), and the record says which ran.  mincore() over a mapping of the file tells how much of it
 is still resident, so a record shows whether eviction worked."""
 
 from __future__ import annotations
@@ -81,16 +81,26 @@ def resident_fraction(paths) -> float | None:
     return resident / pages if pages else 0.0
 
 
-def evict_until_cold(paths, *, drop_caches: bool = True, tries: int = 20) -> float | None:
+def evict_to_zero(paths, *, drop_caches: bool = True, tries: int = 20) -> dict:
     """Evicts @paths until mincore finds none of their pages (readahead still
-    in flight cannot be dropped at once); returns the fraction left."""
+    in flight cannot be dropped at once): evict()'s record of the last try,
+    with "evict_tries".  The first try is fsync and fadvise alone; only a
+    later one (pages stayed) also writes drop_caches where @drop_caches
+    allows, since that drops every file's clean pages, the libraries the
+    next process imports among them, which it then reads from the disk
+    again."""
     import time
 
-    resident = None
-    for _ in range(tries):
-        evict(paths, drop_caches=drop_caches)
-        resident = resident_fraction(paths)
-        if not resident:
-            return resident
+    state: dict = {}
+    for attempt in range(tries):
+        state = evict(paths, drop_caches=drop_caches and attempt > 0)
+        state["evict_tries"] = attempt + 1
+        if not state["resident_after_evict"]:
+            break
         time.sleep(0.05)
-    return resident
+    return state
+
+
+def evict_until_cold(paths, *, drop_caches: bool = True, tries: int = 20) -> float | None:
+    """evict_to_zero(); the fraction left."""
+    return evict_to_zero(paths, drop_caches=drop_caches, tries=tries)["resident_after_evict"]

@@ -153,16 +153,14 @@ def cpu_seconds() -> float:
 
 
 def evict_cold(files, job: dict) -> dict:
-    """Evicts @files; with job["zero_resident"], again (up to 20 times)
-    until mincore finds none of their pages, as readahead still in flight
-    cannot be dropped at once."""
-    state = pagecache.evict(files, drop_caches=job.get("drop_caches", True))
-    tries = 1
-    while job.get("zero_resident") and state["resident_after_evict"] and tries < 20:
-        time.sleep(0.05)
-        state = pagecache.evict(files, drop_caches=job.get("drop_caches", True))
-        tries += 1
-    state["evict_tries"] = tries
+    """Evicts @files; with job["zero_resident"], until mincore finds none of
+    their pages (pagecache.evict_to_zero: drop_caches only where fadvise
+    left some)."""
+    drop = job.get("drop_caches", True)
+    if job.get("zero_resident"):
+        return pagecache.evict_to_zero(files, drop_caches=drop)
+    state = pagecache.evict(files, drop_caches=drop)
+    state["evict_tries"] = 1
     return state
 
 
