@@ -775,7 +775,7 @@ class LaneRead {
       StagingSlot &slot = *op_.slots[s];
       if (gave_up_.load(std::memory_order_acquire) ||
           !wait_at_least(slot.done, op_.done_base[s] + j, &op_.chain)) {
-        gave_up_.store(true, std::memory_order_release);
+        give_up();
         return;
       }
       std::uint64_t offset = 0;
@@ -796,11 +796,12 @@ class LaneRead {
         std::memset(static_cast<std::byte *>(slot.buffer.data()) + moved, 0, size - moved);
       }
       if (i + 1 == op_.count) {
-        while (read_.load(std::memory_order_acquire) + 1 < op_.count) {
-          if (gave_up_.load(std::memory_order_acquire)) {
-            return;
-          }
-          std::this_thread::sleep_for(std::chrono::microseconds(20));
+        for (std::size_t seen = read_.load(std::memory_order_acquire); seen + 1 < op_.count;
+             seen = read_.load(std::memory_order_acquire)) {
+          read_.wait(seen, std::memory_order_acquire);
+        }
+        if (gave_up_.load(std::memory_order_acquire)) {
+          return;
         }
         if (r.bytes_done != nullptr) {
           report();
@@ -810,8 +811,17 @@ class LaneRead {
       uses_[s] = j + 1;
       if (i + 1 != op_.count) {
         read_.fetch_add(1, std::memory_order_acq_rel);
+        read_.notify_all();
       }
     }
+  }
+
+  // Stops every lane: the others at their next chunk or wait, the last
+  // chunk's lane (which counts the chunks read) at once.
+  void give_up() noexcept {
+    gave_up_.store(true, std::memory_order_release);
+    read_.fetch_add(op_.count, std::memory_order_acq_rel);
+    read_.notify_all();
   }
 
   // The first chunk that failed or came back short so far.
