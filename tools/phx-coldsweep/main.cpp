@@ -58,6 +58,8 @@ struct Options {
   std::size_t block = std::size_t{512} << 10;
   bool buffered = false;
   bool evict = false;
+  std::string start = "0";  // bytes before each file's first block, or "data" (its tensors)
+  bool widen = false;       // blocks of exactly --block from --start, each read widened to 4 KiB
 };
 
 [[noreturn]] void fail(const std::string &what, int err = errno) {
@@ -200,6 +202,30 @@ double evict(const std::vector<std::string> &files) {
   return total == 0 ? 0.0 : static_cast<double>(resident) / static_cast<double>(total);
 }
 
+// Where a safetensors file's tensor bytes begin: after its 8-byte
+// little-endian header length and the header.
+std::uint64_t data_offset(const std::string &path) {
+  const Fd fd(path, O_RDONLY);
+  unsigned char le[8] = {};
+  if (::pread(fd.get(), le, sizeof(le), 0) != static_cast<ssize_t>(sizeof(le))) {
+    fail("--start data: " + path + " has no safetensors header", EINVAL);
+  }
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) {
+    n = (n << 8U) | le[i];
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) {
+    fail("stat " + path);
+  }
+  if (n > static_cast<std::uint64_t>(st.st_size) - sizeof(le)) {
+    fail("--start data: " + path + ": its header length " + std::to_string(n) +
+             " runs past the end of the file",
+         EINVAL);
+  }
+  return n + sizeof(le);
+}
+
 struct Block {
   int fd;
   std::uint64_t offset;
@@ -208,18 +234,27 @@ struct Block {
 };
 
 // The blocks of every file in order, and for --order ranges the first block
-// of each thread's range.
+// of each thread's range.  Without --widen the blocks start at --start
+// rounded down to 4 KiB (every read aligned, as O_DIRECT wants); with it
+// they start at --start exactly and each read covers its block's 4 KiB
+// pages, so that neighbouring reads share a page where --start is not
+// aligned.
 struct Work {
   std::vector<Block> blocks;
   std::vector<std::size_t> range_begin;  // threads + 1 entries
 };
 
-Work cut(const std::vector<Fd> &fds, const std::vector<std::uint64_t> &sizes, const Options &o) {
+Work cut(const std::vector<Fd> &fds, const std::vector<std::uint64_t> &sizes,
+         const std::vector<std::uint64_t> &starts, const Options &o) {
   Work w;
+  constexpr std::uint64_t kPage = 4096;
   for (std::size_t i = 0; i < fds.size(); ++i) {
-    for (std::uint64_t off = 0; off < sizes[i]; off += o.block) {
-      const auto size = static_cast<std::size_t>(std::min<std::uint64_t>(o.block, sizes[i] - off));
-      w.blocks.push_back({fds[i].get(), off, size, (size + 4095) / 4096 * 4096});
+    const std::uint64_t first = o.widen ? starts[i] : starts[i] / kPage * kPage;
+    for (std::uint64_t off = first; off < sizes[i]; off += o.block) {
+      const std::uint64_t begin = off / kPage * kPage;
+      const std::uint64_t end = std::min<std::uint64_t>(off + o.block, sizes[i]);
+      const auto size = static_cast<std::size_t>(end - begin);
+      w.blocks.push_back({fds[i].get(), begin, size, (size + kPage - 1) / kPage * kPage});
     }
   }
   for (unsigned t = 0; t <= o.threads; ++t) {
@@ -368,12 +403,29 @@ int run(const Options &o) {
     sizes.push_back(static_cast<std::uint64_t>(st.st_size));
     total += sizes.back();
   }
-  const Work work = cut(fds, sizes, o);
+  std::vector<std::uint64_t> starts;
+  for (std::size_t i = 0; i < o.files.size(); ++i) {
+    starts.push_back(o.start == "data" ? data_offset(o.files[i])
+                                       : static_cast<std::uint64_t>(phxtools::parse_size(o.start)));
+  }
+  const Work work = cut(fds, sizes, starts, o);
+  if (work.blocks.empty()) {
+    fail("nothing to read after --start " + o.start, EINVAL);
+  }
+  total = 0;  // the bytes from each file's first block on: what a loader would count
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    total += sizes[i] - std::min(sizes[i], o.widen ? starts[i] : starts[i] / 4096 * 4096);
+  }
+  std::uint64_t requested = 0;  // what the reads ask for: widened reads overlap
+  for (const Block &b : work.blocks) {
+    requested += b.request;
+  }
   const unsigned per_thread = uring ? o.depth : 1;
   std::vector<std::vector<Buffer>> buffers(o.threads);
+  const std::size_t buffer_size = o.block + (o.widen ? 4096 : 0);
   for (auto &b : buffers) {
     for (unsigned i = 0; i < per_thread; ++i) {
-      b.emplace_back(o.block, o.memory != "plain", o.memory == "locked-4k");
+      b.emplace_back(buffer_size, o.memory != "plain", o.memory == "locked-4k");
     }
   }
   const std::string disk = disk_of(o.files.front());
@@ -391,7 +443,7 @@ int run(const Options &o) {
         try {
           const Cursor cursor(work, o, shared, t);
           if (uring) {
-            uring_thread(work, cursor, buffers[t], o.block, o.method == "uring-fixed");
+            uring_thread(work, cursor, buffers[t], buffer_size, o.method == "uring-fixed");
           } else {
             pread_thread(work, cursor, buffers[t].front());
           }
@@ -410,14 +462,17 @@ int run(const Options &o) {
   const std::uint64_t disk_bytes = (d1.sectors - d0.sectors) * 512;
   std::printf(
       "{\"kind\": \"sweep\", \"method\": \"%s\", \"threads\": %u, \"depth\": %u, \"block\": %zu, "
-      "\"order\": \"%s\", \"memory\": \"%s\", \"direct\": %s, \"files\": %zu, \"bytes\": %llu, "
+      "\"start\": \"%s\", \"widen\": %s, \"order\": \"%s\", \"memory\": \"%s\", \"direct\": %s, "
+      "\"files\": %zu, \"bytes\": %llu, "
+      "\"requested_bytes\": %llu, \"reads\": %zu, "
       "\"seconds\": %.4f, \"gbps\": %.3f, \"cpu_seconds\": %.3f, \"cpu_s_per_gb\": %.3f, "
       "\"resident_before\": %.4f, \"disk\": \"%s\", \"disk_requests\": %llu, "
       "\"disk_merged\": %llu, \"disk_bytes\": %llu, \"disk_request_bytes\": %.0f, "
       "\"status\": \"%s\", \"error\": \"%s\"}\n",
-      o.method.c_str(), o.threads, per_thread, o.block, o.order.c_str(), o.memory.c_str(),
-      o.buffered ? "false" : "true", o.files.size(), static_cast<unsigned long long>(total),
-      seconds, static_cast<double>(total) / seconds / 1e9, cpu,
+      o.method.c_str(), o.threads, per_thread, o.block, o.start.c_str(), o.widen ? "true" : "false",
+      o.order.c_str(), o.memory.c_str(), o.buffered ? "false" : "true", o.files.size(),
+      static_cast<unsigned long long>(total), static_cast<unsigned long long>(requested),
+      work.blocks.size(), seconds, static_cast<double>(total) / seconds / 1e9, cpu,
       cpu / (static_cast<double>(total) / 1e9), resident, disk.c_str(),
       static_cast<unsigned long long>(requests),
       static_cast<unsigned long long>(d1.merged - d0.merged),
@@ -451,6 +506,13 @@ int main(int argc, char **argv) {
   app.add_flag("--evict", o.evict,
                "drop the files from the page cache first; "
                "resident_before says what stayed");
+  app.add_option("--start", o.start,
+                 "bytes of each file before its first block (a header; K, M suffixes), or "
+                 "'data': each file's safetensors data offset; rounded down to 4 KiB unless "
+                 "--widen");
+  app.add_flag("--widen", o.widen,
+               "blocks of exactly --block from --start, each read widened to its "
+               "4 KiB pages (neighbours share a page where --start is unaligned)");
   CLI11_PARSE(app, argc, argv);
   try {
     o.block = static_cast<std::size_t>(phxtools::parse_size(block));
