@@ -170,9 +170,11 @@ struct PHX_EXPORT Options {
   /// operations to return theirs.
   std::size_t stream_staging_bytes = std::size_t{256} << 20;
   /// PHX_STREAM_LANES: threads that read one staged stream-ordered read's
-  /// chunks at once, 1..64 (at most one per staging slot of the read).  1
-  /// reads them one after another on the read's I/O thread.
-  unsigned stream_lanes = 1;
+  /// chunks at once, 1..64 (at most one per staging slot of the read: the
+  /// default is one per slot at the default copy_depth, 2 x 2).  1 reads
+  /// them one after another on the read's I/O thread, and a warm read then
+  /// moves at about one thread's page-cache copy rate (docs/lmcache.md).
+  unsigned stream_lanes = 4;
   /// PHX_READ_CACHE (auto or descriptor): the C API's reads through an
   /// O_DIRECT descriptor of ranges the page cache holds.
   ReadCache read_cache = ReadCache::automatic;

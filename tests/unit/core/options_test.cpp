@@ -61,6 +61,9 @@ TEST_F(OptionsTest, WithoutVariablesTheEnvironmentGivesTheBuiltInDefaults) {
   EXPECT_EQ(o.copy_chunk, 4 * kMiB);
   EXPECT_EQ(o.copy_direct_chunk, 16 * kMiB);
   EXPECT_EQ(o.copy_spin_us, 100U);
+  // One lane per staging slot of a stream-ordered read (copy_depth x 2).
+  EXPECT_EQ(o.stream_lanes, 4U);
+  EXPECT_EQ(o.stream_lanes, 2 * o.copy_depth);
   EXPECT_NO_THROW(o.validate());
 }
 
