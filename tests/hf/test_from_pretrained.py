@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import pathlib
 import shutil
 import threading
 
@@ -334,14 +335,16 @@ def test_mixed_cpu_and_gpu_map_is_transformers_model(tmp_path, monkeypatch):
     device_map = {"model.embed_tokens": "cpu", "model.layers": 0, "model.norm": 0,
                   "model.rotary_emb": 0, "lm_head": "cpu"}
     ours, ref = _both(AutoModelForCausalLM, path, monkeypatch, device_map=device_map)
-    for name in ("named_parameters", "named_buffers"):
-        a = dict(getattr(ours, name)(remove_duplicate=False))
-        b = dict(getattr(ref, name)(remove_duplicate=False))
-        assert a.keys() == b.keys()
-        for key in b:
-            assert (a[key].dtype, a[key].shape, a[key].device) == \
-                (b[key].dtype, b[key].shape, b[key].device), key
-            assert torch.equal(_bits(a[key]).cpu(), _bits(b[key]).cpu()), key
+    # accelerate offloads the CPU share beside a GPU (its parameters on the
+    # meta device, their bytes in each module's hook) in both models alike:
+    # bench/hf's comparison reads the bytes where they are held.
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench" / "hf"))
+    from from_pretrained import compare
+
+    mismatched, counts = compare(ours, ref)
+    assert mismatched == [] and counts["parameters"] > 0
 
 
 def test_weights_are_the_tensors_read_while_the_model_was_built(tmp_path, monkeypatch):
