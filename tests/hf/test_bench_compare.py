@@ -48,3 +48,14 @@ def test_an_offloaded_weight_that_differs_is_found():
 def test_offloaded_against_resident_is_a_difference():
     mismatched, _ = compare(_offloaded(_model()), _model())
     assert "model.embed_tokens.weight" in mismatched
+
+
+def test_a_cold_call_that_found_the_files_resident_is_not_a_cold_load():
+    from from_pretrained import cold_or_marked
+
+    call = {"kind": "call", "cache": "cold", "status": "ok", "seconds": 4.0}
+    assert cold_or_marked({**call, "resident_before": 0.0}) == {**call, "resident_before": 0.0}
+    marked = cold_or_marked({**call, "resident_before": 0.241})
+    assert marked["status"] == "error" and "24.1%" in marked["error"]
+    warm = {**call, "cache": "warm", "resident_before": 1.0}
+    assert cold_or_marked(warm) == warm
