@@ -29,6 +29,11 @@ using phx::test::TempDir;
 
 constexpr std::size_t kSize = std::size_t{4} << 20;
 constexpr std::uint64_t kSeed = 23;
+// Disk reads a read from memory may still cause: opening the buffered twin
+// reads the file's inode block again where another process dropped the
+// caches meanwhile (drop_caches=1 drops the block device's pages too).  A
+// range read O_DIRECT instead reads all of its bytes, far more than this.
+constexpr std::uint64_t kMetadataSlack = 16 << 10;
 
 class CApiCachePolicy : public ::testing::Test {
  protected:
@@ -92,8 +97,9 @@ class CApiCachePolicy : public ::testing::Test {
 TEST_F(CApiCachePolicy, ByDefaultACachedRangeIsReadFromMemory) {
   open_host(PHXFS_READ_CACHE_AUTO);
   cache(true);
-  EXPECT_EQ(read_checked(0, kSize), 0U) << "a cached range was read from the disk";
-  EXPECT_EQ(read_checked(12345, 100000, 7), 0U);  // unaligned, which O_DIRECT would stage
+  EXPECT_LT(read_checked(0, kSize), kMetadataSlack) << "a cached range was read from the disk";
+  // Unaligned, which O_DIRECT would stage.
+  EXPECT_LT(read_checked(12345, 100000, 7), kMetadataSlack);
 }
 
 TEST_F(CApiCachePolicy, ByDefaultAnUncachedRangeIsReadDirect) {
